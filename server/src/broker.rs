@@ -1,0 +1,218 @@
+//! The embedded MQTT5 broker: the `mqtt5` crate's broker (pinned), started in-process on a
+//! loopback (or given) address.
+//!
+//! Configuration: in-memory storage with persistence on (sessions survive a reconnect, so a
+//! client connecting with clean start off gets "session present"), `$SYS` topics off, a
+//! configurable maximum packet size, anonymous access. Connects and disconnects are reported
+//! on a channel ([`BrokerEvent`]) so that the state store can drop the KEYNOTIFY
+//! registrations of clients that went away.
+//!
+//! The broker adds a user property `x-mqtt-client-id` (the sender's real client id, replacing
+//! any that the client sent itself) to every message it forwards; the state store uses it
+//! as the authoritative client id.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mqtt5::broker::config::StorageBackend;
+use mqtt5::broker::router::MessageRouter;
+use mqtt5::broker::{
+    BrokerConfig, BrokerEventHandler, ClientConnectEvent, ClientDisconnectEvent, MqttBroker,
+    StorageConfig,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::error::ServerError;
+
+/// The user property the embedded broker adds to forwarded messages: the sender's client id.
+pub const CLIENT_ID_PROPERTY: &str = "x-mqtt-client-id";
+
+/// A connection event reported by the embedded broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerEvent {
+    /// A client connected (a takeover reports the new connection before the old one's end).
+    Connected(String),
+    /// A client's connection ended.
+    Disconnected(String),
+}
+
+/// Settings of the embedded broker.
+#[derive(Debug, Clone)]
+pub struct EmbeddedBrokerConfig {
+    /// Where to listen (port 0: a free port chosen by the OS).
+    pub bind: SocketAddr,
+    /// The largest MQTT packet accepted or sent, in bytes.
+    pub max_packet_size: usize,
+}
+
+/// Closes a client's connection on the embedded broker (its session survives; the broker
+/// sends no DISCONNECT packet, the TCP connection just ends).
+#[derive(Clone)]
+pub struct Disconnector {
+    router: Arc<MessageRouter>,
+}
+
+impl std::fmt::Debug for Disconnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Disconnector").finish_non_exhaustive()
+    }
+}
+
+impl Disconnector {
+    /// Disconnects `client_id` (in the background; returns at once).
+    pub fn disconnect(&self, client_id: &str) {
+        let router = self.router.clone();
+        let client_id = client_id.to_owned();
+        tokio::spawn(async move {
+            router.disconnect_client(&client_id).await;
+            tracing::debug!(client_id, "client disconnected");
+        });
+    }
+}
+
+/// A running embedded broker; dropping it stops it.
+pub struct EmbeddedBroker {
+    addr: SocketAddr,
+    router: Arc<MessageRouter>,
+    shutdown: Option<mqtt5::broker::server::BrokerShutdownHandle>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EmbeddedBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedBroker")
+            .field("addr", &self.addr)
+            .field("running", &self.shutdown.is_some())
+            .finish()
+    }
+}
+
+struct EventForwarder {
+    events: mpsc::UnboundedSender<BrokerEvent>,
+}
+
+impl BrokerEventHandler for EventForwarder {
+    fn on_client_connect<'a>(
+        &'a self,
+        event: ClientConnectEvent,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        // The receiver goes away only when the store stops; events are moot then.
+        let _ = self
+            .events
+            .send(BrokerEvent::Connected(event.client_id.to_string()));
+        Box::pin(async {})
+    }
+
+    fn on_client_disconnect<'a>(
+        &'a self,
+        event: ClientDisconnectEvent,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        let _ = self
+            .events
+            .send(BrokerEvent::Disconnected(event.client_id.to_string()));
+        Box::pin(async {})
+    }
+}
+
+impl EmbeddedBroker {
+    /// Binds and starts the broker; returns once it accepts connections. Connection events
+    /// go to `events`.
+    pub async fn start(
+        config: &EmbeddedBrokerConfig,
+        events: mpsc::UnboundedSender<BrokerEvent>,
+    ) -> Result<EmbeddedBroker, ServerError> {
+        // Memory storage with persistence on: without persistence the broker grants no
+        // session expiry at all. Offline queues hold a few maximum-size messages at least;
+        // expired sessions are swept every minute.
+        let storage = StorageConfig::default()
+            .with_backend(StorageBackend::Memory)
+            .with_persistence(true)
+            .with_max_queued_bytes_per_client(
+                config.max_packet_size.saturating_mul(8).max(64 << 20),
+            )
+            .with_cleanup_interval(Duration::from_secs(60));
+        let broker_config = BrokerConfig::default()
+            .with_bind_addresses(vec![config.bind])
+            .with_max_packet_size(config.max_packet_size)
+            .with_storage(storage)
+            .with_sys_topics_enabled(false)
+            .with_event_handler(Arc::new(EventForwarder { events }));
+        let mut broker = MqttBroker::with_config(broker_config)
+            .await
+            .map_err(|e| ServerError::Broker(format!("cannot start on {}: {e}", config.bind)))?;
+        let addr = broker
+            .local_addr()
+            .ok_or_else(|| ServerError::Broker("the broker has no listening address".into()))?;
+        let shutdown = broker.shutdown_handle();
+        let router = broker.router();
+        let mut ready = broker.ready_receiver();
+        let task = tokio::spawn(async move {
+            if let Err(e) = broker.run().await {
+                tracing::error!(error = %e, "embedded broker stopped with an error");
+            }
+        });
+        // Ready within a few seconds, or something is wrong.
+        let wait = async {
+            while !*ready.borrow_and_update() {
+                if ready.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        match tokio::time::timeout(Duration::from_secs(10), wait).await {
+            Ok(true) => {}
+            _ => {
+                shutdown.shutdown();
+                return Err(ServerError::Broker(
+                    "the embedded broker did not become ready".into(),
+                ));
+            }
+        }
+        tracing::info!(%addr, "embedded MQTT5 broker listening");
+        Ok(EmbeddedBroker {
+            addr,
+            router,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        })
+    }
+
+    /// A handle that disconnects clients by id.
+    pub fn disconnector(&self) -> Disconnector {
+        Disconnector {
+            router: self.router.clone(),
+        }
+    }
+
+    /// The address the broker listens on (with the actual port).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the broker and waits (a few seconds at most) for it to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.shutdown.take() {
+            s.shutdown();
+        }
+        if let Some(task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+        {
+            tracing::warn!("embedded broker did not stop within 5 s");
+        }
+    }
+}
+
+impl Drop for EmbeddedBroker {
+    fn drop(&mut self) {
+        if let Some(s) = self.shutdown.take() {
+            s.shutdown();
+        }
+    }
+}

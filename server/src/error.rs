@@ -1,0 +1,45 @@
+//! The server's error type.
+
+/// Why the server (or a test helper) could not start or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The embedded broker could not be started.
+    #[error("embedded broker: {0}")]
+    Broker(String),
+    /// A setting is invalid (a malformed broker URL...).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The state store could not connect to the broker or subscribe to the request topic.
+    #[error("state store client: {0}")]
+    Client(String),
+    /// An I/O error (binding a port, starting a process...).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `mosquitto` binary is not installed (test helper).
+    #[error(
+        "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
+    )]
+    MosquittoNotInstalled {
+        /// Where it was looked for.
+        looked_for: String,
+    },
+    /// Mosquitto started but did not accept connections (test helper).
+    #[error("mosquitto did not start: {0}")]
+    MosquittoFailed(String),
+}
+
+impl ServerError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ServerError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! The protocol handler: one request (payload + the user properties that matter) in, the
+//! reply payload, the response's `__ts` and the notifications to send out.
+//!
+//! It owns the [`Store`], the [`Registrations`] and the server's HLC, and applies every rule
+//! of PROTOCOL.md: the service errors, the timestamp checks (section 4), the fencing algorithm
+//! (section 5), and notifications (section 6). It knows nothing of MQTT; the
+//! [`service`](crate::service) moves its inputs and outputs to and from the broker.
+//!
+//! The order of checks for a request: the payload (`syntax error`, `unknown command`, `wrong
+//! number of arguments`, `the key length is zero`), then `__ts` (`malformed timestamp`,
+//! `... request timestamp is too far in the future ...`, `missing timestamp` on a SET without
+//! it), then `__ft` (`malformed timestamp`, `... fencing token timestamp is too far in the
+//! future ...`), then the key's fencing token, the SET condition and the quota.
+//!
+//! Which responses carry `__ts` (section 4): SET (applied or not: the version, or the server
+//! clock after the merge), GET hits (the stored version), DEL and VDEL (the server clock after
+//! the merge, which is also the version in the DELETE notification). GET misses, KEYNOTIFY
+//! replies and `-ERR` replies carry none.
+//!
+//! ```
+//! use std::time::Instant;
+//! use bytes::Bytes;
+//! use mqstate_server::handler::{Handler, HandlerConfig, RequestContext};
+//!
+//! let mut handler = Handler::new(HandlerConfig::default());
+//! let ctx = RequestContext {
+//!     client_id: Some("client-id1"),
+//!     timestamp: Some("001696374425000:00000:client-id1"),
+//!     fencing_token: None,
+//! };
+//! let set = Bytes::from_static(b"*3\r\n$3\r\nSET\r\n$7\r\nSETKEY2\r\n$6\r\nVALUE5\r\n");
+//! let outcome = handler.handle(&ctx, &set, Instant::now());
+//! assert_eq!(&outcome.answer.payload[..], b"+OK\r\n");
+//! assert!(outcome.answer.timestamp.is_some());
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use mqstate::hlc::{DEFAULT_MAX_DRIFT, HlcError, WallClock};
+use mqstate::resp3::{self, Reply, Request};
+use mqstate::topics::{self, MAX_TOPIC_LEN};
+use mqstate::{Hlc, HlcClock, ServiceError};
+
+use crate::registrations::Registrations;
+use crate::store::{SetArgs, SetOutcome, Store, StoreError};
+
+/// The node id of the versions this server produces (as the real service's).
+pub const DEFAULT_NODE_ID: &str = "StateStore";
+
+/// The text of the error answered to a KEYNOTIFY that carries no client id: neither the
+/// broker nor the request (`__srcId`) says who is asking, so there is no topic to notify.
+pub const NO_CLIENT_ID_TEXT: &str =
+    "the request carries no client id (__srcId), so there is no topic to notify";
+
+/// Settings of a [`Handler`].
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    /// The key quota (`None`: unlimited).
+    pub max_keys: Option<usize>,
+    /// Node id of the server's HLC.
+    pub node_id: String,
+    /// How far ahead of the server clock `__ts` and `__ft` may be.
+    pub max_drift: Duration,
+    /// The wall clock (the system clock unless a test supplies a manual one).
+    pub wall_clock: Option<Arc<dyn WallClock>>,
+    /// The broker reports every connect before any request of that connection, and the
+    /// server saw every connection from the start (the embedded broker): a KEYNOTIFY from a
+    /// client id with no open connection then comes from a connection that has already ended,
+    /// and is not registered (it would never be dropped).
+    pub complete_connection_events: bool,
+}
+
+impl Default for HandlerConfig {
+    fn default() -> Self {
+        HandlerConfig {
+            max_keys: None,
+            node_id: DEFAULT_NODE_ID.to_owned(),
+            max_drift: DEFAULT_MAX_DRIFT,
+            wall_clock: None,
+            complete_connection_events: false,
+        }
+    }
+}
+
+/// The user properties of a request that the handler needs, as received (unparsed).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestContext<'a> {
+    /// The MQTT client id of the sender (from the broker if it says, else `__srcId`).
+    pub client_id: Option<&'a str>,
+    /// `__ts`.
+    pub timestamp: Option<&'a str>,
+    /// `__ft`.
+    pub fencing_token: Option<&'a str>,
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The RESP3 reply.
+    pub payload: Bytes,
+    /// The response's `__ts`, when section 4 gives it one.
+    pub timestamp: Option<Hlc>,
+}
+
+impl Answer {
+    fn new(reply: &Reply, timestamp: Option<Hlc>) -> Self {
+        let mut buf = BytesMut::new();
+        reply.encode(&mut buf);
+        Answer {
+            payload: buf.freeze(),
+            timestamp,
+        }
+    }
+
+    fn error(e: &ServiceError) -> Self {
+        Answer::new(&Reply::error(e), None)
+    }
+}
+
+/// One notification to publish (QoS 1, with `__ts` = `version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// The observing client.
+    pub client_id: String,
+    /// The key that changed.
+    pub key: Bytes,
+    /// The client's notification topic for the key.
+    pub topic: String,
+    /// `NOTIFY SET VALUE v` or `NOTIFY DELETE`.
+    pub payload: Bytes,
+    /// The key's new version.
+    pub version: Hlc,
+}
+
+/// The result of handling a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The response.
+    pub answer: Answer,
+    /// Notifications caused by the request (and by keys that expired before it ran).
+    pub notifications: Vec<Notification>,
+}
+
+/// The state store's logic, free of MQTT. See the [module docs](self).
+#[derive(Debug)]
+pub struct Handler {
+    store: Store,
+    registrations: Registrations,
+    clock: HlcClock,
+    complete_connection_events: bool,
+}
+
+impl Handler {
+    /// A handler with an empty store.
+    pub fn new(config: HandlerConfig) -> Self {
+        let clock = match config.wall_clock {
+            Some(wall) => HlcClock::with_wall_clock(config.node_id, wall),
+            None => HlcClock::new(config.node_id),
+        }
+        .with_max_drift(config.max_drift);
+        Handler {
+            store: Store::new(config.max_keys),
+            registrations: Registrations::default(),
+            clock,
+            complete_connection_events: config.complete_connection_events,
+        }
+    }
+
+    /// The store (read-only).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The registrations (read-only).
+    pub fn registrations(&self) -> &Registrations {
+        &self.registrations
+    }
+
+    /// The server's clock.
+    pub fn clock(&self) -> &HlcClock {
+        &self.clock
+    }
+
+    /// When the next key expires: call [`Handler::expire`] then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.store.next_deadline()
+    }
+
+    /// Removes the keys whose deadline has passed and returns their DELETE notifications.
+    pub fn expire(&mut self, now: Instant) -> Vec<Notification> {
+        let mut notifications = Vec::new();
+        for (key, _entry) in self.store.expire_due(now) {
+            if self.registrations.observers(&key).next().is_none() {
+                continue;
+            }
+            let version = match self.clock.send_update() {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::error!(error = %e, "server clock refused to move; expiry notification not sent");
+                    continue;
+                }
+            };
+            self.notify(&key, &delete_payload(), &version, &mut notifications);
+        }
+        notifications
+    }
+
+    /// A connection of `client_id` opened (from the broker's events).
+    pub fn client_connected(&mut self, client_id: &str) {
+        self.registrations.client_connected(client_id);
+    }
+
+    /// A connection of `client_id` closed (from the broker's events): when it was the last,
+    /// the client's registrations are dropped. Returns how many were.
+    pub fn client_disconnected(&mut self, client_id: &str) -> usize {
+        let dropped = self.registrations.client_disconnected(client_id);
+        if dropped > 0 {
+            tracing::debug!(client_id, dropped, "client gone: registrations dropped");
+        }
+        dropped
+    }
+
+    /// Handles one request. `now` is the monotonic time of execution (the base of `PX`).
+    pub fn handle(&mut self, ctx: &RequestContext<'_>, payload: &Bytes, now: Instant) -> Outcome {
+        let mut notifications = self.expire(now);
+        let answer = match self.execute(ctx, payload, now, &mut notifications) {
+            Ok(answer) => answer,
+            Err(e) => Answer::error(&e),
+        };
+        Outcome {
+            answer,
+            notifications,
+        }
+    }
+
+    fn execute(
+        &mut self,
+        ctx: &RequestContext<'_>,
+        payload: &Bytes,
+        now: Instant,
+        notifications: &mut Vec<Notification>,
+    ) -> Result<Answer, ServiceError> {
+        let request = resp3::decode_request(payload).map_err(|e| {
+            tracing::debug!(error = %e, "refused request");
+            e.service_error()
+        })?;
+        let timestamp = match ctx.timestamp {
+            Some(text) => {
+                let ts = parse_hlc(text)?;
+                self.clock
+                    .check_not_too_far_ahead(&ts)
+                    .map_err(|_| ServiceError::TimestampSkew)?;
+                Some(ts)
+            }
+            None if matches!(request, Request::Set { .. }) => {
+                return Err(ServiceError::MissingTimestamp);
+            }
+            None => None,
+        };
+        let fencing_token = match ctx.fencing_token {
+            Some(text) => {
+                let ft = parse_hlc(text)?;
+                self.clock
+                    .check_not_too_far_ahead(&ft)
+                    .map_err(|_| ServiceError::FencingTokenSkew)?;
+                Some(ft)
+            }
+            None => None,
+        };
+        // The server clock moves on every request: merged with the request's `__ts` (so
+        // the result is greater than it), or ticked when there is none.
+        let clock = match &timestamp {
+            Some(ts) => self.clock.merge(ts),
+            None => self.clock.send_update(),
+        }
+        .map_err(clock_error)?;
+
+        match request {
+            Request::Set {
+                key,
+                value,
+                condition,
+                expiry_ms,
+            } => {
+                let args = SetArgs {
+                    key: key.clone(),
+                    value: value.clone(),
+                    condition,
+                    expiry: expiry_ms.map(Duration::from_millis),
+                    fencing_token,
+                };
+                match self
+                    .store
+                    .set(args, clock.clone(), now)
+                    .map_err(store_error)?
+                {
+                    SetOutcome::Applied => {
+                        let mut buf = BytesMut::new();
+                        resp3::encode_notify_set(&mut buf, &value);
+                        self.notify(&key, &buf.freeze(), &clock, notifications);
+                        Ok(Answer::new(&Reply::OK, Some(clock)))
+                    }
+                    SetOutcome::NotApplied => Ok(Answer::new(&Reply::Integer(-1), Some(clock))),
+                }
+            }
+            Request::Get { key } => Ok(match self.store.get(&key) {
+                Some(entry) => Answer::new(
+                    &Reply::Bulk(entry.value.clone()),
+                    Some(entry.version.clone()),
+                ),
+                None => Answer::new(&Reply::Nil, None),
+            }),
+            Request::Del { key } => {
+                let deleted = self
+                    .store
+                    .del(&key, fencing_token.as_ref())
+                    .map_err(store_error)?;
+                if deleted > 0 {
+                    self.notify(&key, &delete_payload(), &clock, notifications);
+                }
+                Ok(Answer::new(
+                    &Reply::Integer(i64::from(deleted)),
+                    Some(clock),
+                ))
+            }
+            Request::Vdel { key, value } => {
+                let outcome = self
+                    .store
+                    .vdel(&key, &value, fencing_token.as_ref())
+                    .map_err(store_error)?;
+                if outcome == crate::store::VdelOutcome::Deleted {
+                    self.notify(&key, &delete_payload(), &clock, notifications);
+                }
+                Ok(Answer::new(
+                    &Reply::Integer(outcome.reply_value()),
+                    Some(clock),
+                ))
+            }
+            Request::KeyNotify { key, stop } => {
+                let Some(client_id) = ctx.client_id.filter(|id| !id.is_empty()) else {
+                    return Err(ServiceError::Unknown(NO_CLIENT_ID_TEXT.to_owned()));
+                };
+                if stop {
+                    if self.registrations.unregister(client_id, &key) {
+                        Ok(Answer::new(&Reply::OK, None))
+                    } else {
+                        Ok(Answer::new(&Reply::Integer(0), None))
+                    }
+                } else {
+                    if self.complete_connection_events
+                        && self.registrations.connections_of(client_id) == 0
+                    {
+                        tracing::debug!(
+                            client_id,
+                            "KEYNOTIFY from a connection that has ended: not registered"
+                        );
+                    } else {
+                        self.registrations.register(client_id, key);
+                    }
+                    Ok(Answer::new(&Reply::OK, None))
+                }
+            }
+        }
+    }
+
+    /// Queues one notification per observer of `key`.
+    fn notify(
+        &self,
+        key: &Bytes,
+        payload: &Bytes,
+        version: &Hlc,
+        notifications: &mut Vec<Notification>,
+    ) {
+        for client_id in self.registrations.observers(key) {
+            let topic = topics::notification_topic(client_id, key);
+            if topic.len() > MAX_TOPIC_LEN {
+                tracing::warn!(
+                    client_id,
+                    key_len = key.len(),
+                    "notification topic longer than MQTT allows; notification not sent"
+                );
+                continue;
+            }
+            notifications.push(Notification {
+                client_id: client_id.to_owned(),
+                key: key.clone(),
+                topic,
+                payload: payload.clone(),
+                version: version.clone(),
+            });
+        }
+    }
+}
+
+fn delete_payload() -> Bytes {
+    let mut buf = BytesMut::new();
+    resp3::encode_notify_delete(&mut buf);
+    buf.freeze()
+}
+
+fn parse_hlc(text: &str) -> Result<Hlc, ServiceError> {
+    text.parse::<Hlc>()
+        .map_err(|_| ServiceError::MalformedTimestamp)
+}
+
+fn store_error(e: StoreError) -> ServiceError {
+    e.service_error()
+}
+
+/// The server's own clock refused to move (a counter overflow, or the wall clock went far
+/// back): not the client's fault, and not something the protocol has a text for.
+fn clock_error(e: HlcError) -> ServiceError {
+    tracing::error!(error = %e, "server clock refused to move");
+    ServiceError::Unknown(format!("internal error: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mqstate::hlc::ManualClock;
+    use mqstate::resp3::{
+        SetCondition, encode_del, encode_get, encode_keynotify, encode_set, encode_vdel,
+    };
+
+    const NOW_MS: u64 = 1_700_000_000_000;
+
+    struct T {
+        h: Handler,
+        wall: Arc<ManualClock>,
+        t0: Instant,
+    }
+
+    fn setup(max_keys: Option<usize>) -> T {
+        let wall = Arc::new(ManualClock::new(NOW_MS));
+        let h = Handler::new(HandlerConfig {
+            max_keys,
+            wall_clock: Some(wall.clone()),
+            ..HandlerConfig::default()
+        });
+        T {
+            h,
+            wall,
+            t0: Instant::now(),
+        }
+    }
+
+    fn ts(ms: u64) -> String {
+        Hlc::new(ms, 0, "client").to_string()
+    }
+
+    fn ctx<'a>(ts: Option<&'a str>, ft: Option<&'a str>) -> RequestContext<'a> {
+        RequestContext {
+            client_id: Some("client"),
+            timestamp: ts,
+            fencing_token: ft,
+        }
+    }
+
+    fn set(key: &[u8], value: &[u8], c: SetCondition, px: Option<u64>) -> Bytes {
+        let mut b = BytesMut::new();
+        encode_set(&mut b, key, value, c, px);
+        b.freeze()
+    }
+
+    fn req(f: impl FnOnce(&mut BytesMut)) -> Bytes {
+        let mut b = BytesMut::new();
+        f(&mut b);
+        b.freeze()
+    }
+
+    impl T {
+        fn run(&mut self, c: RequestContext<'_>, payload: &Bytes) -> Outcome {
+            self.h.handle(&c, payload, self.t0)
+        }
+        fn plain(&mut self, payload: &Bytes) -> Outcome {
+            let t = ts(NOW_MS);
+            self.run(ctx(Some(&t), None), payload)
+        }
+    }
+
+    #[test]
+    fn set_then_get_returns_the_same_version() {
+        let mut t = setup(None);
+        let client_ts = ts(NOW_MS);
+        let o = t.run(
+            ctx(Some(&client_ts), None),
+            &set(b"k", b"v", SetCondition::Always, None),
+        );
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        let v = o.answer.timestamp.unwrap();
+        assert!(v > client_ts.parse().unwrap());
+        assert_eq!(v.node_id, "StateStore");
+        let o = t.plain(&req(|b| encode_get(b, b"k")));
+        assert_eq!(&o.answer.payload[..], b"$1\r\nv\r\n");
+        assert_eq!(o.answer.timestamp, Some(v));
+        let o = t.plain(&req(|b| encode_get(b, b"missing")));
+        assert_eq!(&o.answer.payload[..], b"$-1\r\n");
+        assert_eq!(o.answer.timestamp, None);
+    }
+
+    #[test]
+    fn timestamps_are_checked() {
+        let mut t = setup(None);
+        let s = set(b"k", b"v", SetCondition::Always, None);
+        let o = t.run(ctx(None, None), &s);
+        assert_eq!(&o.answer.payload[..], b"-ERR missing timestamp\r\n");
+        assert_eq!(o.answer.timestamp, None);
+        let o = t.run(ctx(Some("garbage"), None), &s);
+        assert_eq!(&o.answer.payload[..], b"-ERR malformed timestamp\r\n");
+        let future = ts(NOW_MS + 60_001);
+        let o = t.run(ctx(Some(&future), None), &s);
+        assert_eq!(
+            o.answer.payload,
+            Answer::error(&ServiceError::TimestampSkew).payload
+        );
+        // Exactly 60 s ahead is accepted; far behind too.
+        let edge = ts(NOW_MS + 60_000);
+        assert_eq!(
+            &t.run(ctx(Some(&edge), None), &s).answer.payload[..],
+            b"+OK\r\n"
+        );
+        let old = ts(1);
+        assert_eq!(
+            &t.run(ctx(Some(&old), None), &s).answer.payload[..],
+            b"+OK\r\n"
+        );
+        // GET without __ts is fine.
+        let o = t.run(ctx(None, None), &req(|b| encode_get(b, b"k")));
+        assert_eq!(&o.answer.payload[..], b"$1\r\nv\r\n");
+        // A bad __ft.
+        let now = ts(NOW_MS);
+        let o = t.run(ctx(Some(&now), Some("1:2")), &s);
+        assert_eq!(&o.answer.payload[..], b"-ERR malformed timestamp\r\n");
+        let o = t.run(ctx(Some(&now), Some(&future)), &s);
+        assert_eq!(
+            o.answer.payload,
+            Answer::error(&ServiceError::FencingTokenSkew).payload
+        );
+    }
+
+    #[test]
+    fn versions_strictly_increase_even_for_nex_renewals() {
+        let mut t = setup(None);
+        let nex = set(b"lock", b"me", SetCondition::NotExistsOrEqual, Some(10_000));
+        let mut last: Option<Hlc> = None;
+        for _ in 0..5 {
+            let o = t.plain(&nex);
+            assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+            let v = o.answer.timestamp.unwrap();
+            if let Some(prev) = &last {
+                assert!(&v > prev);
+            }
+            last = Some(v);
+        }
+        let other = set(
+            b"lock",
+            b"you",
+            SetCondition::NotExistsOrEqual,
+            Some(10_000),
+        );
+        let o = t.plain(&other);
+        assert_eq!(&o.answer.payload[..], b":-1\r\n");
+        assert!(o.answer.timestamp.is_some());
+    }
+
+    #[test]
+    fn notifications_on_set_delete_and_expiry() {
+        let mut t = setup(None);
+        let o = t.plain(&req(|b| encode_keynotify(b, b"k", false)));
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        assert_eq!(o.answer.timestamp, None);
+        let o = t.plain(&set(b"k", b"v", SetCondition::Always, None));
+        assert_eq!(o.notifications.len(), 1);
+        let n = &o.notifications[0];
+        assert_eq!(
+            &n.payload[..],
+            b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(Some(&n.version), o.answer.timestamp.as_ref());
+        assert_eq!(n.topic, topics::notification_topic("client", b"k"));
+        // Not applied: no notification.
+        let o = t.plain(&set(b"k", b"v", SetCondition::NotExists, None));
+        assert!(o.notifications.is_empty());
+        let o = t.plain(&req(|b| encode_vdel(b, b"k", b"x")));
+        assert_eq!(&o.answer.payload[..], b":-1\r\n");
+        assert!(o.notifications.is_empty());
+        let o = t.plain(&req(|b| encode_del(b, b"k")));
+        assert_eq!(&o.answer.payload[..], b":1\r\n");
+        assert_eq!(
+            &o.notifications[0].payload[..],
+            b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
+        );
+        assert_eq!(
+            Some(&o.notifications[0].version),
+            o.answer.timestamp.as_ref()
+        );
+        let o = t.plain(&req(|b| encode_del(b, b"k")));
+        assert_eq!(&o.answer.payload[..], b":0\r\n");
+        assert!(o.notifications.is_empty());
+
+        // Expiry.
+        let o = t.plain(&set(b"k", b"v", SetCondition::Always, Some(50)));
+        let v = o.answer.timestamp.unwrap();
+        assert_eq!(t.h.next_deadline(), Some(t.t0 + Duration::from_millis(50)));
+        assert!(t.h.expire(t.t0 + Duration::from_millis(49)).is_empty());
+        t.wall.advance(Duration::from_millis(50));
+        let n = t.h.expire(t.t0 + Duration::from_millis(50));
+        assert_eq!(n.len(), 1);
+        assert_eq!(&n[0].payload[..], b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n");
+        assert!(n[0].version > v);
+
+        // STOP, then silence; STOP again: :0.
+        let o = t.plain(&req(|b| encode_keynotify(b, b"k", true)));
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        let o = t.plain(&set(b"k", b"v", SetCondition::Always, None));
+        assert!(o.notifications.is_empty());
+        let o = t.plain(&req(|b| encode_keynotify(b, b"k", true)));
+        assert_eq!(&o.answer.payload[..], b":0\r\n");
+    }
+
+    #[test]
+    fn an_expired_key_is_gone_before_the_timer_fires() {
+        let mut t = setup(None);
+        t.plain(&set(b"k", b"v", SetCondition::Always, Some(50)));
+        let later = t.t0 + Duration::from_millis(60);
+        let now = ts(NOW_MS);
+        let o =
+            t.h.handle(&ctx(Some(&now), None), &req(|b| encode_get(b, b"k")), later);
+        assert_eq!(&o.answer.payload[..], b"$-1\r\n");
+    }
+
+    #[test]
+    fn quota_and_request_errors() {
+        let mut t = setup(Some(1));
+        t.plain(&set(b"a", b"v", SetCondition::Always, None));
+        let o = t.plain(&set(b"b", b"v", SetCondition::Always, None));
+        assert_eq!(
+            &o.answer.payload[..],
+            b"-ERR the quota has been exceeded\r\n"
+        );
+        let cases: [(&[u8], &[u8]); 6] = [
+            (b"", b"-ERR syntax error\r\n"),
+            (b"*1\r\n$4\r\nPING\r\n", b"-ERR unknown command\r\n"),
+            (
+                b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+                b"-ERR wrong number of arguments\r\n",
+            ),
+            (
+                b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n",
+                b"-ERR the key length is zero\r\n",
+            ),
+            (b"*3\r\n$3\r\nget\r\n$1\r\nk\r\n", b"-ERR syntax error\r\n"),
+            (b"*4294967295\r\n", b"-ERR syntax error\r\n"),
+        ];
+        for (payload, reply) in cases {
+            let o = t.plain(&Bytes::copy_from_slice(payload));
+            assert_eq!(&o.answer.payload[..], reply, "{payload:?}");
+        }
+    }
+
+    #[test]
+    fn keynotify_after_the_connection_ended_is_not_registered() {
+        let mut h = Handler::new(HandlerConfig {
+            complete_connection_events: true,
+            ..HandlerConfig::default()
+        });
+        let t0 = Instant::now();
+        let keynotify = req(|b| encode_keynotify(b, b"k", false));
+        h.client_connected("client");
+        let o = h.handle(&ctx(None, None), &keynotify, t0);
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        assert_eq!(h.registrations().keys_of("client"), 1);
+        h.client_disconnected("client");
+        assert_eq!(h.registrations().keys_of("client"), 0);
+        // A late KEYNOTIFY of the ended connection.
+        let o = h.handle(&ctx(None, None), &keynotify, t0);
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        assert_eq!(h.registrations().keys_of("client"), 0);
+    }
+
+    #[test]
+    fn keynotify_needs_a_client_id() {
+        let mut t = setup(None);
+        let o = t.h.handle(
+            &RequestContext::default(),
+            &req(|b| encode_keynotify(b, b"k", false)),
+            t.t0,
+        );
+        assert!(
+            o.answer
+                .payload
+                .starts_with(b"-ERR the request carries no client id")
+        );
+    }
+
+    #[test]
+    fn fencing_through_the_handler() {
+        let mut t = setup(None);
+        let lease = t.plain(&set(
+            b"lock",
+            b"me",
+            SetCondition::NotExistsOrEqual,
+            Some(10_000),
+        ));
+        let token = lease.answer.timestamp.unwrap().to_string();
+        let now = ts(NOW_MS);
+        let o = t.run(
+            ctx(Some(&now), Some(&token)),
+            &set(b"p", b"1", SetCondition::Always, None),
+        );
+        assert_eq!(&o.answer.payload[..], b"+OK\r\n");
+        let o = t.run(
+            ctx(Some(&now), None),
+            &set(b"p", b"2", SetCondition::Always, None),
+        );
+        assert_eq!(
+            o.answer.payload,
+            Answer::error(&ServiceError::FencingTokenRequired).payload
+        );
+        let lower = Hlc::new(NOW_MS - 1, 0, "StateStore").to_string();
+        let o = t.run(ctx(Some(&now), Some(&lower)), &req(|b| encode_del(b, b"p")));
+        assert_eq!(
+            o.answer.payload,
+            Answer::error(&ServiceError::FencingTokenLowerVersion).payload
+        );
+        // GET never needs the token.
+        let o = t.plain(&req(|b| encode_get(b, b"p")));
+        assert_eq!(&o.answer.payload[..], b"$1\r\n1\r\n");
+        let o = t.run(ctx(Some(&now), Some(&token)), &req(|b| encode_del(b, b"p")));
+        assert_eq!(&o.answer.payload[..], b":1\r\n");
+    }
+}

@@ -1,0 +1,49 @@
+//! # mqstate-server
+//!
+//! A local state store server for the MQTT5 state store protocol of Azure IoT Operations
+//! (`PROTOCOL.md`), so that clients and tests run on one machine with no cloud.
+//!
+//! The store attaches to an MQTT5 broker as an ordinary client, subscribes to the request
+//! topic and answers on each request's response topic. The broker is either embedded (the
+//! `mqtt5` crate's broker, started in-process) or an external one (Mosquitto...).
+//!
+//! - [`LocalServer`]: start / stop the whole thing (`mqstate serve` and tests use it).
+//! - [`testing`]: a [`testing::Mosquitto`] process for tests, and [`testing::free_port`].
+//! - [`store`]: keys, versions, fencing tokens, expiry deadlines, quota (synchronous).
+//! - [`registrations`]: KEYNOTIFY registrations and connection counting.
+//! - [`dedup`]: the duplicate-request cache.
+//! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
+//! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), mqstate_server::ServerError> {
+//! use mqstate_server::{LocalServer, ServerConfig};
+//!
+//! // Embedded broker on 127.0.0.1 and a free port:
+//! let server = LocalServer::start().await?;
+//! let (host, port) = (server.host().to_owned(), server.port());
+//! # let _ = (host, port);
+//! server.shutdown().await;
+//!
+//! // Or attached to a broker that is already running:
+//! let server = LocalServer::start_with(ServerConfig::external("mqtt://127.0.0.1:1883")?).await?;
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod broker;
+pub mod dedup;
+mod error;
+pub mod handler;
+mod local_server;
+pub mod mosquitto_log;
+pub mod registrations;
+pub mod service;
+pub mod store;
+pub mod testing;
+
+pub use error::ServerError;
+pub use local_server::{
+    BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
+    parse_broker_url,
+};

@@ -1,0 +1,418 @@
+//! [`LocalServer`]: the embedded broker plus the state store (or the state store alone,
+//! attached to an external broker), started and stopped as one thing.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mqstate::hlc::{DEFAULT_MAX_DRIFT, WallClock};
+use tokio::sync::mpsc;
+
+use crate::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
+use crate::dedup::DedupLimits;
+use crate::error::ServerError;
+use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
+
+/// The port `mqstate serve` listens on by default (the MQTT port).
+pub const DEFAULT_PORT: u16 = 1883;
+
+/// The default maximum MQTT packet size: 16 MiB, room for values of 10 MiB and more.
+pub const DEFAULT_MAX_PACKET_SIZE: u32 = 16 * 1024 * 1024;
+
+/// Which broker the state store attaches to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerChoice {
+    /// Start the embedded broker on [`ServerConfig::bind`]:[`ServerConfig::port`].
+    Embedded,
+    /// Attach to an existing broker at this host and port (Mosquitto...).
+    External {
+        /// The broker's host name or IP address.
+        host: String,
+        /// The broker's port.
+        port: u16,
+    },
+}
+
+/// Settings of a [`LocalServer`]. `ServerConfig::default()` is an embedded broker on
+/// 127.0.0.1 with a free port chosen by the OS.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The embedded broker or an external one.
+    pub broker: BrokerChoice,
+    /// Address the embedded broker listens on (default 127.0.0.1).
+    pub bind: IpAddr,
+    /// Port of the embedded broker (0: a free port; see [`LocalServer::port`]).
+    pub port: u16,
+    /// Key quota (`None`: unlimited).
+    pub max_keys: Option<usize>,
+    /// Largest MQTT packet, in bytes, for the embedded broker and the store's client (with an
+    /// external broker, the broker's own limit applies instead).
+    pub max_packet_size: u32,
+    /// MQTT client id of the state store (default: unique per process and start).
+    pub client_id: Option<String>,
+    /// Bounds of the duplicate-request cache.
+    pub dedup: DedupLimits,
+    /// How far ahead of the server clock `__ts` / `__ft` may be (default 60 s).
+    pub max_drift: Duration,
+    /// Node id of the server's versions (default `StateStore`).
+    pub node_id: String,
+    /// A wall clock for the server's HLC (tests); the system clock if `None`.
+    pub wall_clock: Option<Arc<dyn WallClock>>,
+    /// How long to wait for the store's first connection and subscription (default 10 s).
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("broker", &self.broker)
+            .field("bind", &self.bind)
+            .field("port", &self.port)
+            .field("max_keys", &self.max_keys)
+            .field("max_packet_size", &self.max_packet_size)
+            .field("client_id", &self.client_id)
+            .field("dedup", &self.dedup)
+            .field("max_drift", &self.max_drift)
+            .field("node_id", &self.node_id)
+            .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            broker: BrokerChoice::Embedded,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            max_keys: None,
+            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
+            client_id: None,
+            dedup: DedupLimits::default(),
+            max_drift: DEFAULT_MAX_DRIFT,
+            node_id: DEFAULT_NODE_ID.to_owned(),
+            wall_clock: None,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The embedded broker on 127.0.0.1 and a free port.
+    pub fn embedded() -> Self {
+        ServerConfig::default()
+    }
+
+    /// Attach to the external broker at `url` (`mqtt://host:port`, `tcp://host:port` or
+    /// `host:port`; the port defaults to 1883).
+    ///
+    /// ```
+    /// use mqstate_server::{BrokerChoice, ServerConfig};
+    ///
+    /// let c = ServerConfig::external("mqtt://127.0.0.1:18830").unwrap();
+    /// assert_eq!(c.broker, BrokerChoice::External { host: "127.0.0.1".into(), port: 18830 });
+    /// assert!(ServerConfig::external("http://x").is_err());
+    /// ```
+    pub fn external(url: &str) -> Result<Self, ServerError> {
+        let (host, port) = parse_broker_url(url)?;
+        Ok(ServerConfig {
+            broker: BrokerChoice::External { host, port },
+            ..ServerConfig::default()
+        })
+    }
+
+    /// Sets the port (builder style).
+    #[must_use]
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Sets the key quota (builder style).
+    #[must_use]
+    pub fn with_max_keys(mut self, max_keys: Option<usize>) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Sets the maximum packet size (builder style).
+    #[must_use]
+    pub fn with_max_packet_size(mut self, size: u32) -> Self {
+        self.max_packet_size = size;
+        self
+    }
+
+    /// Sets the wall clock of the server's HLC (builder style; for tests).
+    #[must_use]
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.wall_clock = Some(clock);
+        self
+    }
+}
+
+/// Parses `mqtt://host:port`, `tcp://host:port` or `host:port` (`[v6]:port` for IPv6).
+///
+/// ```
+/// use mqstate_server::parse_broker_url;
+///
+/// assert_eq!(parse_broker_url("mqtt://localhost").unwrap(), ("localhost".into(), 1883));
+/// assert_eq!(parse_broker_url("[::1]:1884").unwrap(), ("::1".into(), 1884));
+/// assert!(parse_broker_url("mqtts://h:8883").is_err());
+/// ```
+pub fn parse_broker_url(url: &str) -> Result<(String, u16), ServerError> {
+    let bad = |why: &str| ServerError::Config(format!("broker URL {url:?}: {why}"));
+    let rest = if let Some((scheme, rest)) = url.split_once("://") {
+        if !matches!(scheme, "mqtt" | "tcp") {
+            return Err(bad("only mqtt:// (plain TCP) is supported"));
+        }
+        rest
+    } else {
+        url
+    };
+    let rest = rest.trim_end_matches('/');
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        }
+    };
+    if host.is_empty() || host.contains('/') {
+        return Err(bad("no host"));
+    }
+    let port = match port {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?,
+        None => DEFAULT_PORT,
+    };
+    Ok((host.to_owned(), port))
+}
+
+/// A running local state store: the embedded broker (unless attached to an external one) and
+/// the state store client. Stop it with [`LocalServer::shutdown`]; dropping it stops it too
+/// (without waiting).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), mqstate_server::ServerError> {
+/// use mqstate_server::LocalServer;
+///
+/// let server = LocalServer::start().await?; // 127.0.0.1, a free port
+/// println!("connect to {}", server.url()); // mqtt://127.0.0.1:PORT
+/// server.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LocalServer {
+    host: String,
+    port: u16,
+    broker: Option<EmbeddedBroker>,
+    service: Option<Service>,
+}
+
+impl LocalServer {
+    /// Starts the embedded broker on 127.0.0.1 with a free port, and the state store.
+    pub async fn start() -> Result<LocalServer, ServerError> {
+        LocalServer::start_with(ServerConfig::default()).await
+    }
+
+    /// Starts with the given settings; returns once the store answers requests.
+    pub async fn start_with(config: ServerConfig) -> Result<LocalServer, ServerError> {
+        let handler = HandlerConfig {
+            max_keys: config.max_keys,
+            node_id: config.node_id.clone(),
+            max_drift: config.max_drift,
+            wall_clock: config.wall_clock.clone(),
+            complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
+        };
+        let (broker, events, host, port, embedded) = match &config.broker {
+            BrokerChoice::Embedded => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let broker_config = EmbeddedBrokerConfig {
+                    bind: SocketAddr::new(config.bind, config.port),
+                    max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
+                };
+                let broker = EmbeddedBroker::start(&broker_config, tx).await?;
+                let addr = broker.local_addr();
+                // The store connects over loopback when the broker listens on every address.
+                let connect_ip = if addr.ip().is_unspecified() {
+                    match addr.ip() {
+                        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+                    }
+                } else {
+                    addr.ip()
+                };
+                (
+                    Some(broker),
+                    Some(rx),
+                    connect_ip.to_string(),
+                    addr.port(),
+                    true,
+                )
+            }
+            BrokerChoice::External { host, port } => (None, None, host.clone(), *port, false),
+        };
+        let mut service_config = ServiceConfig::new(host.clone(), port);
+        if let Some(id) = &config.client_id {
+            service_config.client_id.clone_from(id);
+        }
+        // With an external broker, its own limit applies (see ServiceConfig::max_packet_size).
+        service_config.max_packet_size = if embedded {
+            config.max_packet_size
+        } else {
+            MQTT_MAX_PACKET_SIZE
+        };
+        service_config.handler = handler;
+        service_config.dedup = config.dedup;
+        service_config.connect_timeout = config.connect_timeout;
+        service_config.trust_broker_client_id = embedded;
+        service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
+        service_config.watch_mosquitto_log = !embedded;
+        let service = match Service::start(service_config, events).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(b) = broker {
+                    b.shutdown().await;
+                }
+                return Err(e);
+            }
+        };
+        Ok(LocalServer {
+            host,
+            port,
+            broker,
+            service: Some(service),
+        })
+    }
+
+    /// Starts the server on the given runtime, from synchronous code (a test without
+    /// `#[tokio::test]`, a Python binding...). Must not be called from inside that runtime's
+    /// own worker threads.
+    pub fn start_blocking(
+        runtime: &tokio::runtime::Handle,
+        config: ServerConfig,
+    ) -> Result<LocalServer, ServerError> {
+        runtime.block_on(LocalServer::start_with(config))
+    }
+
+    /// Stops the server from synchronous code (see [`LocalServer::start_blocking`]).
+    pub fn shutdown_blocking(self, runtime: &tokio::runtime::Handle) {
+        runtime.block_on(self.shutdown());
+    }
+
+    /// The host clients connect to (`127.0.0.1` for the default embedded broker).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The broker's actual port (the one the OS chose when the configured port was 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mqtt://host:port`.
+    pub fn url(&self) -> String {
+        if self.host.contains(':') {
+            format!("mqtt://[{}]:{}", self.host, self.port)
+        } else {
+            format!("mqtt://{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Whether the broker is the embedded one.
+    pub fn is_embedded(&self) -> bool {
+        self.broker.is_some()
+    }
+
+    /// Stops the state store, then the embedded broker, and waits for both (a few seconds
+    /// at most).
+    pub async fn shutdown(mut self) {
+        if let Some(service) = self.service.take() {
+            service.shutdown().await;
+        }
+        if let Some(broker) = self.broker.take() {
+            broker.shutdown().await;
+        }
+        tracing::info!(port = self.port, "local state store stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_external_broker_is_a_clear_error() {
+        let port = crate::testing::free_port().unwrap();
+        let mut config = ServerConfig::external(&format!("mqtt://127.0.0.1:{port}")).unwrap();
+        config.connect_timeout = Duration::from_millis(500);
+        let err = LocalServer::start_with(config).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(text.contains("last error"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_a_clear_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let err = LocalServer::start_with(ServerConfig::default().with_port(port))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ServerError::Broker(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn start_stop_and_restart_on_the_same_port() {
+        let server = LocalServer::start().await.unwrap();
+        let port = server.port();
+        assert_ne!(port, 0);
+        assert_eq!(server.url(), format!("mqtt://127.0.0.1:{port}"));
+        assert!(server.is_embedded());
+        server.shutdown().await;
+        let again = LocalServer::start_with(ServerConfig::default().with_port(port))
+            .await
+            .unwrap();
+        assert_eq!(again.port(), port);
+        drop(again);
+    }
+
+    #[test]
+    fn blocking_start_and_stop() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server =
+            LocalServer::start_blocking(runtime.handle(), ServerConfig::default()).unwrap();
+        assert_ne!(server.port(), 0);
+        server.shutdown_blocking(runtime.handle());
+    }
+
+    #[test]
+    fn broker_urls() {
+        assert_eq!(
+            parse_broker_url("tcp://10.0.0.1:1").unwrap(),
+            ("10.0.0.1".to_owned(), 1)
+        );
+        assert_eq!(parse_broker_url("h:2/").unwrap(), ("h".to_owned(), 2));
+        for bad in [
+            "mqtt://",
+            "mqtt://h:0",
+            "mqtt://h:70000",
+            "mqtt://h:x",
+            "[::1",
+            "ws://h",
+        ] {
+            assert!(parse_broker_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! The state store as an MQTT5 client: it connects to the broker (embedded or external, the
+//! same code path), subscribes to the request topic (QoS 1) and answers every request on its
+//! response topic.
+//!
+//! Two tasks:
+//! - the *event loop* task polls rumqttc (TCP_NODELAY on), subscribes again after every
+//!   CONNACK, and forwards incoming requests;
+//! - the *store* task owns the [`Handler`] and the [`DedupCache`]; it answers requests,
+//!   publishes notifications, applies the broker's connection events, and wakes exactly at the
+//!   next expiry deadline to send DELETE notifications of expired keys.
+//!
+//! Every response goes to the request's response topic with the same correlation data, QoS 1,
+//! content type `application/octet-stream` and the user properties `__stat: 200`,
+//! `__protVer: 1.0` and, where PROTOCOL.md section 4 says so, `__ts`. A request that cannot be
+//! answered (no response topic, no correlation data, an invalid or forbidden response topic) is
+//! not executed: it is dropped with a log line.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Filter, Packet, Publish, PublishProperties, SubscribeReasonCode};
+use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::broker::{BrokerEvent, CLIENT_ID_PROPERTY, Disconnector};
+use crate::dedup::{DedupCache, DedupLimits};
+use crate::error::ServerError;
+use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
+use crate::mosquitto_log;
+
+/// `__stat`: the status property on every response.
+pub const STATUS_PROPERTY: &str = "__stat";
+/// `__protVer`.
+pub const PROTOCOL_VERSION_PROPERTY: &str = "__protVer";
+/// `__ts`.
+pub const TIMESTAMP_PROPERTY: &str = "__ts";
+/// `__ft`.
+pub const FENCING_TOKEN_PROPERTY: &str = "__ft";
+/// `__srcId`.
+pub const SOURCE_ID_PROPERTY: &str = "__srcId";
+/// The protocol version the server speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+/// The content type of requests, responses and notifications.
+pub const CONTENT_TYPE: &str = "application/octet-stream";
+
+/// How many unacknowledged QoS 1 messages the broker may have out to the store.
+const RECEIVE_MAXIMUM: u16 = 1024;
+
+/// The queue from the event loop to the store task: more than [`RECEIVE_MAXIMUM`], so that
+/// QoS 1 traffic never fills it; QoS 0 requests beyond it are dropped.
+const INPUT_CAPACITY: usize = 4 * RECEIVE_MAXIMUM as usize;
+
+/// The largest packet MQTT can carry (256 MiB less one byte).
+pub const MQTT_MAX_PACKET_SIZE: u32 = 268_435_455;
+
+/// Room for the fixed header, topic and properties of a response, on top of its payload,
+/// when checking it against the maximum packet size.
+const PACKET_OVERHEAD: usize = 1024;
+
+/// Settings of the state store client.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The broker's host.
+    pub host: String,
+    /// The broker's port.
+    pub port: u16,
+    /// The MQTT client id of the state store.
+    pub client_id: String,
+    /// The largest packet the store accepts and sends, in bytes (the broker's own limit, from
+    /// its CONNACK, applies on top when it is lower). With an external broker, use
+    /// [`MQTT_MAX_PACKET_SIZE`]: Mosquitto 2.0.11 loops forever dropping a message larger
+    /// than a subscriber's limit.
+    pub max_packet_size: u32,
+    /// The store's settings.
+    pub handler: HandlerConfig,
+    /// The bounds of the duplicate-request cache.
+    pub dedup: DedupLimits,
+    /// Trust the `x-mqtt-client-id` user property as the sender's client id (only the
+    /// embedded broker sets it, replacing whatever a client sent; an external broker passes a
+    /// client's own value through, so it must not be trusted there).
+    pub trust_broker_client_id: bool,
+    /// How long to wait for the first connection and subscription.
+    pub connect_timeout: Duration,
+    /// Read connects and disconnects from Mosquitto's log topic (`$SYS/broker/log/N` and
+    /// `/E`, published when Mosquitto runs with `log_dest topic`); see
+    /// [`mosquitto_log`](crate::mosquitto_log). For external brokers.
+    pub watch_mosquitto_log: bool,
+    /// Disconnects a client that sends a request with a forbidden response topic (the
+    /// embedded broker, where the sender's client id is known for sure); without it such
+    /// requests are only dropped and logged.
+    pub disconnector: Option<Disconnector>,
+}
+
+impl ServiceConfig {
+    /// Settings for a broker at `host:port`, everything else default.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        ServiceConfig {
+            host: host.into(),
+            port,
+            client_id: default_client_id(),
+            max_packet_size: crate::DEFAULT_MAX_PACKET_SIZE,
+            handler: HandlerConfig::default(),
+            dedup: DedupLimits::default(),
+            trust_broker_client_id: false,
+            connect_timeout: Duration::from_secs(10),
+            watch_mosquitto_log: false,
+            disconnector: None,
+        }
+    }
+}
+
+/// A client id unique to this process and start.
+fn default_client_id() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "mqstate-statestore-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// What the store task receives from the event loop task.
+enum Input {
+    /// A message on the request topic (or any topic other than the log topics).
+    Request(Publish),
+    /// A line of Mosquitto's log (acknowledged by the store task too).
+    Log(Publish),
+}
+
+/// A running state store client; dropping it stops it.
+#[derive(Debug)]
+pub struct Service {
+    client: AsyncClient,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Service {
+    /// Connects to the broker, subscribes to the request topic and starts answering. Returns
+    /// once the subscription is acknowledged. `broker_events` carries the embedded broker's
+    /// connection events (none with an external broker).
+    pub async fn start(
+        config: ServiceConfig,
+        broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
+    ) -> Result<Service, ServerError> {
+        let mut options = MqttOptions::new(config.client_id.clone(), &config.host, config.port);
+        options
+            .set_keep_alive(Duration::from_secs(30))
+            .set_clean_start(true)
+            .set_max_packet_size(Some(config.max_packet_size))
+            // Requests are acknowledged by the store task once answered (manual acks), so the
+            // broker never has more than RECEIVE_MAXIMUM unanswered QoS 1 messages out to us:
+            // the input channel (larger) never fills, and the event loop never blocks on it.
+            .set_receive_maximum(Some(RECEIVE_MAXIMUM))
+            .set_manual_acks(true)
+            .set_request_channel_capacity(4096);
+        let mut network = options.network_options();
+        network.set_tcp_nodelay(true);
+        options.set_network_options(network);
+        let (client, eventloop) = AsyncClient::new(options, 4096);
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (input_tx, input_rx) = mpsc::channel(INPUT_CAPACITY);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let limit = Arc::new(AtomicUsize::new(
+            usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
+        ));
+        let last_error = Arc::new(Mutex::new(None));
+        let poll = tokio::spawn(poll_loop(
+            eventloop,
+            client.clone(),
+            input_tx,
+            ready_tx,
+            shutdown_rx.clone(),
+            PollSettings {
+                watch_mosquitto_log: config.watch_mosquitto_log,
+                packet_limit: limit.clone(),
+                last_error: last_error.clone(),
+            },
+        ));
+        let store = StoreTask {
+            handler: Handler::new(config.handler.clone()),
+            dedup: DedupCache::new(config.dedup),
+            client: client.clone(),
+            trust_broker_client_id: config.trust_broker_client_id,
+            max_packet_size: limit,
+            disconnector: config.disconnector.clone(),
+            own_id: config.client_id.clone(),
+        };
+        let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
+        let service = Service {
+            client,
+            shutdown,
+            tasks: vec![poll, store],
+        };
+        match tokio::time::timeout(config.connect_timeout, ready_rx).await {
+            Ok(Ok(())) => {
+                tracing::info!(
+                    host = %config.host,
+                    port = config.port,
+                    client_id = %config.client_id,
+                    "state store subscribed to the request topic"
+                );
+                Ok(service)
+            }
+            Ok(Err(_)) | Err(_) => {
+                service.shutdown().await;
+                let cause = last_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default();
+                Err(ServerError::Client(format!(
+                    "could not connect to the broker at {}:{} and subscribe within {:?}{cause}",
+                    config.host, config.port, config.connect_timeout
+                )))
+            }
+        }
+    }
+
+    /// Disconnects from the broker and stops both tasks (waiting a few seconds at most).
+    pub async fn shutdown(mut self) {
+        self.stop();
+        // Give the event loop a moment to send DISCONNECT.
+        for task in self.tasks.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("state store task did not stop within 5 s");
+            }
+        }
+    }
+
+    fn stop(&self) {
+        let _ = self.client.try_disconnect();
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop();
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+struct PollSettings {
+    watch_mosquitto_log: bool,
+    /// The largest packet we may send: ours, lowered to the broker's on CONNACK.
+    packet_limit: Arc<AtomicUsize>,
+    /// The last connection error, for the start-up error message.
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+/// Polls the MQTT connection; rumqttc reconnects on the next poll after an error.
+async fn poll_loop(
+    mut eventloop: EventLoop,
+    client: AsyncClient,
+    input: mpsc::Sender<Input>,
+    ready: oneshot::Sender<()>,
+    mut shutdown: watch::Receiver<bool>,
+    settings: PollSettings,
+) {
+    let PollSettings {
+        watch_mosquitto_log,
+        packet_limit,
+        last_error,
+    } = settings;
+    let own_limit = packet_limit.load(Ordering::Relaxed);
+    let mut ready = Some(ready);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let event = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            event = eventloop.poll() => event,
+        };
+        match event {
+            Ok(Event::Incoming(Packet::Publish(publish))) => {
+                let qos = publish.qos;
+                let item = if publish.topic.starts_with(b"$SYS/") {
+                    Input::Log(publish)
+                } else {
+                    Input::Request(publish)
+                };
+                if qos == QoS::AtMostOnce {
+                    // Not flow-controlled by the broker: never wait for room.
+                    match input.try_send(item) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            tracing::warn!("store overloaded: QoS 0 request dropped");
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => break,
+                    }
+                } else if input.send(item).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                backoff = Duration::from_millis(50);
+                tracing::debug!(
+                    session_present = ack.session_present,
+                    "state store connected"
+                );
+                // What we may send is bounded by the broker's limit too.
+                let broker_limit = ack
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.max_packet_size)
+                    .and_then(|m| usize::try_from(m).ok())
+                    .unwrap_or(usize::MAX);
+                packet_limit.store(own_limit.min(broker_limit), Ordering::Relaxed);
+                // Subscribe again on every connection (clean start: no session survives).
+                // One SUBSCRIBE, so that its SUBACK's first code is the request topic's.
+                let mut filters = vec![Filter::new(REQUEST_TOPIC, QoS::AtLeastOnce)];
+                if watch_mosquitto_log {
+                    filters.extend(
+                        mosquitto_log::LOG_TOPICS
+                            .iter()
+                            .map(|t| Filter::new(*t, QoS::AtLeastOnce)),
+                    );
+                }
+                if let Err(e) = client.try_subscribe_many(filters) {
+                    tracing::error!(error = %e, "cannot queue the request-topic subscription");
+                }
+            }
+            Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                let granted = |c: Option<&SubscribeReasonCode>| {
+                    matches!(c, Some(SubscribeReasonCode::Success(_)))
+                };
+                if granted(ack.return_codes.first()) {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                } else {
+                    tracing::error!(codes = ?ack.return_codes, "the broker refused the request-topic subscription");
+                }
+                if watch_mosquitto_log && !ack.return_codes.iter().skip(1).all(|c| granted(Some(c)))
+                {
+                    tracing::warn!(
+                        codes = ?ack.return_codes,
+                        "cannot subscribe to Mosquitto's log topics: disconnects are not detected"
+                    );
+                }
+            }
+            Ok(Event::Incoming(Packet::Disconnect(d))) => {
+                tracing::warn!(reason = ?d.reason_code, "the broker disconnected the state store");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if *shutdown.borrow() {
+                    break;
+                }
+                tracing::warn!(error = %e, retry_in = ?backoff, "state store connection error");
+                *last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    // Let the event loop flush a queued DISCONNECT, briefly.
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        while let Ok(event) = eventloop.poll().await {
+            if matches!(event, Event::Outgoing(rumqttc::Outgoing::Disconnect)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The cached answer to a request, replayed for duplicates.
+type CachedAnswer = Answer;
+
+struct StoreTask {
+    handler: Handler,
+    dedup: DedupCache<CachedAnswer>,
+    client: AsyncClient,
+    trust_broker_client_id: bool,
+    /// The largest packet that may be sent (ours and the broker's limit).
+    max_packet_size: Arc<AtomicUsize>,
+    disconnector: Option<Disconnector>,
+    own_id: String,
+}
+
+/// The properties of a request, as received.
+#[derive(Default)]
+struct RequestProps {
+    response_topic: Option<String>,
+    correlation: Option<Bytes>,
+    message_expiry: Option<u32>,
+    timestamp: Option<String>,
+    fencing_token: Option<String>,
+    source_id: Option<String>,
+    broker_client_id: Option<String>,
+}
+
+impl RequestProps {
+    fn from(properties: Option<PublishProperties>) -> Self {
+        let Some(p) = properties else {
+            return RequestProps::default();
+        };
+        let mut props = RequestProps {
+            response_topic: p.response_topic,
+            correlation: p.correlation_data,
+            message_expiry: p.message_expiry_interval,
+            ..RequestProps::default()
+        };
+        // The last value wins when a property is repeated.
+        for (name, value) in p.user_properties {
+            match name.as_str() {
+                TIMESTAMP_PROPERTY => props.timestamp = Some(value),
+                FENCING_TOKEN_PROPERTY => props.fencing_token = Some(value),
+                SOURCE_ID_PROPERTY => props.source_id = Some(value),
+                CLIENT_ID_PROPERTY => props.broker_client_id = Some(value),
+                _ => {}
+            }
+        }
+        props
+    }
+}
+
+impl StoreTask {
+    async fn run(
+        mut self,
+        mut input: mpsc::Receiver<Input>,
+        broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut broker_events = broker_events;
+        loop {
+            let deadline = self.handler.next_deadline().map(Instant::from_std);
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => break,
+                event = recv_event(&mut broker_events) => match event {
+                    Some(event) => self.on_broker_event(event),
+                    None => broker_events = None,
+                },
+                _ = sleep_until(deadline) => {
+                    let notifications = self.handler.expire(std::time::Instant::now());
+                    self.publish_notifications(notifications).await;
+                }
+                request = input.recv() => match request {
+                    Some(Input::Request(publish)) => {
+                        let ack = ack_of(&publish);
+                        self.on_request(publish).await;
+                        self.ack(ack).await;
+                    }
+                    Some(Input::Log(publish)) => {
+                        let line = String::from_utf8_lossy(&publish.payload);
+                        if let Some(event) = mosquitto_log::parse_line(&line) {
+                            self.on_broker_event(event);
+                        }
+                        self.ack(ack_of(&publish)).await;
+                    }
+                    None => break,
+                },
+            }
+        }
+    }
+
+    /// Acknowledges a received QoS 1 message (nothing to do for QoS 0).
+    async fn ack(&self, ack: Option<Publish>) {
+        if let Some(publish) = ack
+            && let Err(e) = self.client.ack(&publish).await
+        {
+            tracing::error!(error = %e, "cannot acknowledge a request");
+        }
+    }
+
+    fn on_broker_event(&mut self, event: BrokerEvent) {
+        tracing::trace!(?event, "broker connection event");
+        match event {
+            BrokerEvent::Connected(id) => self.handler.client_connected(&id),
+            BrokerEvent::Disconnected(id) => {
+                self.handler.client_disconnected(&id);
+            }
+        }
+    }
+
+    async fn on_request(&mut self, publish: Publish) {
+        if publish.topic != REQUEST_TOPIC.as_bytes() {
+            tracing::debug!(topic = ?publish.topic, "ignored a message on another topic");
+            return;
+        }
+        if publish.retain {
+            // A retained request would be executed again at every (re)subscription.
+            tracing::warn!("retained request: not executed, dropped");
+            return;
+        }
+        let payload = publish.payload;
+        let props = RequestProps::from(publish.properties);
+        let client_id = if self.trust_broker_client_id {
+            props
+                .broker_client_id
+                .as_deref()
+                .or(props.source_id.as_deref())
+        } else {
+            props.source_id.as_deref()
+        };
+        let Some(response_topic) = props.response_topic.as_deref() else {
+            tracing::warn!(
+                client_id,
+                "request without a response topic: not executed, dropped"
+            );
+            return;
+        };
+        if let Err(e) = topics::validate_response_topic(response_topic) {
+            if matches!(e, TopicError::RequestTopic | TopicError::ReservedPrefix) {
+                tracing::warn!(
+                    client_id,
+                    response_topic,
+                    error = %e,
+                    "request with a forbidden response topic: not executed, dropped"
+                );
+                if let (Some(disconnector), Some(id)) =
+                    (&self.disconnector, props.broker_client_id.as_deref())
+                    && id != self.own_id
+                {
+                    tracing::warn!(
+                        client_id = id,
+                        "disconnecting the client (forbidden response topic)"
+                    );
+                    disconnector.disconnect(id);
+                }
+            } else {
+                tracing::warn!(client_id, error = %e, "request with an invalid response topic: not executed, dropped");
+            }
+            return;
+        }
+        let Some(correlation) = props.correlation.clone() else {
+            tracing::warn!(
+                client_id,
+                response_topic,
+                "request without correlation data: not executed, dropped"
+            );
+            return;
+        };
+        // Duplicates are recognised by (client id, correlation data); without a client id the
+        // response topic stands in for it.
+        let dedup_id = client_id.unwrap_or(response_topic).to_owned();
+        let now = std::time::Instant::now();
+        if let Some(answer) = self.dedup.get(&dedup_id, &correlation, now) {
+            tracing::debug!(client_id = %dedup_id, "duplicate request answered from the cache");
+            let answer = answer.clone();
+            self.respond(response_topic, &correlation, props.message_expiry, &answer)
+                .await;
+            return;
+        }
+        let ctx = RequestContext {
+            client_id,
+            timestamp: props.timestamp.as_deref(),
+            fencing_token: props.fencing_token.as_deref(),
+        };
+        let outcome = self.handler.handle(&ctx, &payload, now);
+        self.respond(
+            response_topic,
+            &correlation,
+            props.message_expiry,
+            &outcome.answer,
+        )
+        .await;
+        self.publish_notifications(outcome.notifications).await;
+        let size = outcome.answer.payload.len() + correlation.len() + dedup_id.len() + 64;
+        self.dedup
+            .insert(&dedup_id, correlation, outcome.answer, size, now);
+    }
+
+    async fn respond(
+        &self,
+        topic: &str,
+        correlation: &Bytes,
+        message_expiry: Option<u32>,
+        answer: &Answer,
+    ) {
+        let mut user_properties = vec![
+            (STATUS_PROPERTY.to_owned(), "200".to_owned()),
+            (
+                PROTOCOL_VERSION_PROPERTY.to_owned(),
+                PROTOCOL_VERSION.to_owned(),
+            ),
+        ];
+        if let Some(ts) = &answer.timestamp {
+            user_properties.push((TIMESTAMP_PROPERTY.to_owned(), ts.to_string()));
+        }
+        let properties = PublishProperties {
+            payload_format_indicator: Some(0),
+            message_expiry_interval: message_expiry,
+            correlation_data: Some(correlation.clone()),
+            user_properties,
+            content_type: Some(CONTENT_TYPE.to_owned()),
+            ..PublishProperties::default()
+        };
+        self.publish(topic, answer.payload.clone(), properties, "response")
+            .await;
+    }
+
+    async fn publish_notifications(&self, notifications: Vec<Notification>) {
+        for n in notifications {
+            let properties = PublishProperties {
+                payload_format_indicator: Some(0),
+                user_properties: vec![
+                    (TIMESTAMP_PROPERTY.to_owned(), n.version.to_string()),
+                    (
+                        PROTOCOL_VERSION_PROPERTY.to_owned(),
+                        PROTOCOL_VERSION.to_owned(),
+                    ),
+                ],
+                content_type: Some(CONTENT_TYPE.to_owned()),
+                ..PublishProperties::default()
+            };
+            self.publish(&n.topic, n.payload, properties, "notification")
+                .await;
+        }
+    }
+
+    async fn publish(
+        &self,
+        topic: &str,
+        payload: Bytes,
+        properties: PublishProperties,
+        what: &str,
+    ) {
+        let max = self.max_packet_size.load(Ordering::Relaxed);
+        if payload.len() + topic.len() + PACKET_OVERHEAD > max {
+            tracing::error!(
+                what,
+                topic,
+                size = payload.len(),
+                max,
+                "message larger than the maximum packet size: not sent"
+            );
+            return;
+        }
+        if let Err(e) = self
+            .client
+            .publish_bytes_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
+            .await
+        {
+            tracing::error!(what, topic, error = %e, "cannot publish");
+        }
+    }
+}
+
+/// What `AsyncClient::ack` needs of a received message (its QoS and packet id), without the
+/// payload and properties, which the request handling consumes.
+fn ack_of(publish: &Publish) -> Option<Publish> {
+    if publish.qos == QoS::AtMostOnce {
+        return None;
+    }
+    let mut ack = Publish::new("", publish.qos, Bytes::new(), None);
+    ack.pkid = publish.pkid;
+    Some(ack)
+}
+
+async fn recv_event(
+    events: &mut Option<mpsc::UnboundedReceiver<BrokerEvent>>,
+) -> Option<BrokerEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

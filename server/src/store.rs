@@ -1,0 +1,554 @@
+//! The key-value store itself: keys → (value, version, fencing token, expiry deadline), the
+//! key quota, conditional SET, and expiry (PROTOCOL.md sections 2, 5 and 7).
+//!
+//! Everything here is synchronous and takes the current time as an argument, so it can be
+//! tested without a runtime or a real clock. Versions are computed by the caller (the
+//! [`handler`](crate::handler)) from the server's HLC and passed in.
+//!
+//! Expiry: every key with a deadline sits in an ordered index. [`Store::expire_due`] removes
+//! every key whose deadline has passed and returns them (the caller sends their DELETE
+//! notifications); [`Store::next_deadline`] tells the caller when to call it next, so a timer
+//! can wake exactly then. The handler also calls `expire_due` before every request, so an
+//! expired key is never visible even if the timer has not fired yet.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use bytes::Bytes;
+//! use mqstate::Hlc;
+//! use mqstate_server::store::{SetArgs, SetOutcome, Store};
+//!
+//! let mut store = Store::new(None);
+//! let t0 = Instant::now();
+//! let args = SetArgs::new(Bytes::from_static(b"k"), Bytes::from_static(b"v"))
+//!     .expiry(Some(Duration::from_millis(50)));
+//! assert_eq!(store.set(args, Hlc::new(1, 0, "StateStore"), t0), Ok(SetOutcome::Applied));
+//! assert!(store.get(b"k").is_some());
+//! assert_eq!(store.next_deadline(), Some(t0 + Duration::from_millis(50)));
+//! let expired = store.expire_due(t0 + Duration::from_millis(50));
+//! assert_eq!(expired.len(), 1);
+//! assert!(store.get(b"k").is_none());
+//! ```
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mqstate::resp3::SetCondition;
+use mqstate::{Hlc, ServiceError};
+
+/// One stored key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The value (any bytes, possibly empty).
+    pub value: Bytes,
+    /// The version the last applied SET gave the key.
+    pub version: Hlc,
+    /// The fencing token protecting the key, if a SET carried one (PROTOCOL.md section 5).
+    pub fencing_token: Option<Hlc>,
+    /// When the key expires, if it was set with `PX`.
+    pub expires_at: Option<Instant>,
+}
+
+/// Why the store refused a write. Each maps to one service error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The key is fenced and the request carried no fencing token.
+    #[error("a fencing token is required for this request")]
+    FencingTokenRequired,
+    /// The request's fencing token is older than the key's.
+    #[error(
+        "the request fencing token is a lower version than the fencing token protecting the resource"
+    )]
+    FencingTokenLowerVersion,
+    /// The key quota is reached and the SET would create a new key.
+    #[error("the quota has been exceeded")]
+    QuotaExceeded,
+}
+
+impl StoreError {
+    /// The service error the server answers with.
+    pub fn service_error(self) -> ServiceError {
+        match self {
+            StoreError::FencingTokenRequired => ServiceError::FencingTokenRequired,
+            StoreError::FencingTokenLowerVersion => ServiceError::FencingTokenLowerVersion,
+            StoreError::QuotaExceeded => ServiceError::QuotaExceeded,
+        }
+    }
+}
+
+/// What a SET did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// The value was written (`+OK`).
+    Applied,
+    /// The NX / NEX condition failed; nothing changed (`:-1`).
+    NotApplied,
+}
+
+/// What a VDEL did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VdelOutcome {
+    /// The key held the value and was deleted (`:1`).
+    Deleted,
+    /// The key holds another value; nothing changed (`:-1`).
+    Mismatch,
+    /// No such key (`:0`).
+    Missing,
+}
+
+impl VdelOutcome {
+    /// The integer reply.
+    pub fn reply_value(self) -> i64 {
+        match self {
+            VdelOutcome::Deleted => 1,
+            VdelOutcome::Mismatch => -1,
+            VdelOutcome::Missing => 0,
+        }
+    }
+}
+
+/// The arguments of a SET.
+#[derive(Debug, Clone)]
+pub struct SetArgs {
+    /// The key (not empty; the codec refuses empty keys).
+    pub key: Bytes,
+    /// The value.
+    pub value: Bytes,
+    /// `NX` / `NEX` / none.
+    pub condition: SetCondition,
+    /// `PX`, as a duration.
+    pub expiry: Option<Duration>,
+    /// The request's `__ft`, already parsed and checked for drift.
+    pub fencing_token: Option<Hlc>,
+}
+
+impl SetArgs {
+    /// An unconditional SET with no expiry and no fencing token.
+    pub fn new(key: Bytes, value: Bytes) -> Self {
+        SetArgs {
+            key,
+            value,
+            condition: SetCondition::Always,
+            expiry: None,
+            fencing_token: None,
+        }
+    }
+
+    /// Sets the condition (builder style).
+    #[must_use]
+    pub fn condition(mut self, condition: SetCondition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets the expiry (builder style).
+    #[must_use]
+    pub fn expiry(mut self, expiry: Option<Duration>) -> Self {
+        self.expiry = expiry;
+        self
+    }
+
+    /// Sets the fencing token (builder style).
+    #[must_use]
+    pub fn fencing_token(mut self, token: Option<Hlc>) -> Self {
+        self.fencing_token = token;
+        self
+    }
+}
+
+/// The keys, their deadlines and the quota.
+#[derive(Debug, Default)]
+pub struct Store {
+    entries: HashMap<Bytes, Entry>,
+    /// Every key with a deadline, ordered by deadline (then key, to keep pairs unique).
+    deadlines: BTreeSet<(Instant, Bytes)>,
+    /// The most keys the store holds at once (`None`: no limit).
+    max_keys: Option<usize>,
+}
+
+/// Checks a request's fencing token against the key's (PROTOCOL.md section 5).
+fn check_fence(entry: &Entry, token: Option<&Hlc>) -> Result<(), StoreError> {
+    match (&entry.fencing_token, token) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(StoreError::FencingTokenRequired),
+        (Some(held), Some(given)) if given < held => Err(StoreError::FencingTokenLowerVersion),
+        (Some(_), Some(_)) => Ok(()),
+    }
+}
+
+impl Store {
+    /// An empty store; `max_keys` is the key quota (`None`: unlimited).
+    pub fn new(max_keys: Option<usize>) -> Self {
+        Store {
+            max_keys,
+            ..Store::default()
+        }
+    }
+
+    /// How many keys the store holds (including expired keys not yet removed).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The key quota.
+    pub fn max_keys(&self) -> Option<usize> {
+        self.max_keys
+    }
+
+    /// The stored entry of a key. Call [`Store::expire_due`] first so that an expired key is
+    /// not returned.
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.entries.get(key)
+    }
+
+    /// The earliest deadline of any key, if one has one.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// Removes every key whose deadline is at or before `now` and returns them, earliest first.
+    pub fn expire_due(&mut self, now: Instant) -> Vec<(Bytes, Entry)> {
+        let mut expired = Vec::new();
+        while let Some((at, _)) = self.deadlines.first() {
+            if *at > now {
+                break;
+            }
+            let Some((_, key)) = self.deadlines.pop_first() else {
+                break;
+            };
+            if let Some(entry) = self.entries.remove(&key) {
+                expired.push((key, entry));
+            }
+        }
+        expired
+    }
+
+    /// SET with its condition, expiry and fencing token; `version` becomes the key's version
+    /// if the SET applies. `now` is when the request is executed (the base of `PX`).
+    pub fn set(
+        &mut self,
+        args: SetArgs,
+        version: Hlc,
+        now: Instant,
+    ) -> Result<SetOutcome, StoreError> {
+        let SetArgs {
+            key,
+            value,
+            condition,
+            expiry,
+            fencing_token,
+        } = args;
+        let token = match self.entries.get(&key) {
+            Some(entry) => {
+                check_fence(entry, fencing_token.as_ref())?;
+                let applies = match condition {
+                    SetCondition::Always => true,
+                    SetCondition::NotExists => false,
+                    SetCondition::NotExistsOrEqual => entry.value == value,
+                };
+                if !applies {
+                    return Ok(SetOutcome::NotApplied);
+                }
+                // The stored token becomes the newer of the two.
+                match (&entry.fencing_token, fencing_token) {
+                    (Some(held), Some(given)) => Some(given.max(held.clone())),
+                    (held, given) => given.or_else(|| held.clone()),
+                }
+            }
+            None => {
+                if self.max_keys.is_some_and(|max| self.entries.len() >= max) {
+                    return Err(StoreError::QuotaExceeded);
+                }
+                fencing_token
+            }
+        };
+        // A SET without PX clears a previous deadline (as in Redis).
+        let expires_at = expiry.map(|d| now.checked_add(d).unwrap_or(far_future(now)));
+        let entry = Entry {
+            value,
+            version,
+            fencing_token: token,
+            expires_at,
+        };
+        if let Some(at) = expires_at {
+            self.deadlines.insert((at, key.clone()));
+        }
+        if let Some(old) = self.entries.insert(key.clone(), entry)
+            && let Some(old_at) = old.expires_at
+            && Some(old_at) != expires_at
+        {
+            self.deadlines.remove(&(old_at, key));
+        }
+        Ok(SetOutcome::Applied)
+    }
+
+    /// DEL: the number of keys deleted (0 or 1). A fenced key needs a token at least as new
+    /// as its own.
+    pub fn del(&mut self, key: &[u8], fencing_token: Option<&Hlc>) -> Result<u32, StoreError> {
+        let Some(entry) = self.entries.get(key) else {
+            return Ok(0);
+        };
+        check_fence(entry, fencing_token)?;
+        self.remove(key);
+        Ok(1)
+    }
+
+    /// VDEL: delete the key only if it holds `value`. The fencing checks apply to an existing
+    /// key before the value is compared.
+    pub fn vdel(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        fencing_token: Option<&Hlc>,
+    ) -> Result<VdelOutcome, StoreError> {
+        let Some(entry) = self.entries.get(key) else {
+            return Ok(VdelOutcome::Missing);
+        };
+        check_fence(entry, fencing_token)?;
+        if entry.value != value {
+            return Ok(VdelOutcome::Mismatch);
+        }
+        self.remove(key);
+        Ok(VdelOutcome::Deleted)
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let (key, entry) = self.entries.remove_entry(key)?;
+        if let Some(at) = entry.expires_at {
+            self.deadlines.remove(&(at, key));
+        }
+        Some(entry)
+    }
+}
+
+/// A deadline for an expiry too large for `Instant` (about 30 years ahead: never, in practice).
+fn far_future(now: Instant) -> Instant {
+    const THIRTY_YEARS: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    now.checked_add(THIRTY_YEARS).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &'static str) -> Bytes {
+        Bytes::from_static(s.as_bytes())
+    }
+
+    fn v(ms: u64, counter: u64) -> Hlc {
+        Hlc::new(ms, counter, "StateStore")
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn set_get_del() {
+        let now = Instant::now();
+        let mut s = Store::new(None);
+        assert_eq!(
+            s.set(SetArgs::new(b("k"), b("v")), v(1, 0), now),
+            Ok(SetOutcome::Applied)
+        );
+        let e = s.get(b"k").unwrap();
+        assert_eq!((&e.value[..], &e.version), (&b"v"[..], &v(1, 0)));
+        assert_eq!(s.del(b"k", None), Ok(1));
+        assert_eq!(s.del(b"k", None), Ok(0));
+        assert!(s.get(b"k").is_none());
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn nx_and_nex() {
+        let now = Instant::now();
+        let mut s = Store::new(None);
+        let nx = |val| SetArgs::new(b("k"), val).condition(SetCondition::NotExists);
+        let nex = |val| SetArgs::new(b("k"), val).condition(SetCondition::NotExistsOrEqual);
+        assert_eq!(s.set(nx(b("a")), v(1, 0), now), Ok(SetOutcome::Applied));
+        assert_eq!(s.set(nx(b("a")), v(2, 0), now), Ok(SetOutcome::NotApplied));
+        assert_eq!(s.get(b"k").unwrap().version, v(1, 0));
+        assert_eq!(s.set(nex(b("b")), v(3, 0), now), Ok(SetOutcome::NotApplied));
+        assert_eq!(s.set(nex(b("a")), v(4, 0), now), Ok(SetOutcome::Applied));
+        assert_eq!(s.get(b"k").unwrap().version, v(4, 0));
+        s.del(b"k", None).unwrap();
+        assert_eq!(s.set(nex(b("c")), v(5, 0), now), Ok(SetOutcome::Applied));
+    }
+
+    #[test]
+    fn vdel_outcomes() {
+        let now = Instant::now();
+        let mut s = Store::new(None);
+        s.set(SetArgs::new(b("k"), b("v")), v(1, 0), now).unwrap();
+        assert_eq!(s.vdel(b"k", b"x", None), Ok(VdelOutcome::Mismatch));
+        assert_eq!(s.vdel(b"k", b"v", None), Ok(VdelOutcome::Deleted));
+        assert_eq!(s.vdel(b"k", b"v", None), Ok(VdelOutcome::Missing));
+    }
+
+    #[test]
+    fn quota_counts_new_keys_only() {
+        let now = Instant::now();
+        let mut s = Store::new(Some(2));
+        s.set(SetArgs::new(b("a"), b("1")), v(1, 0), now).unwrap();
+        s.set(SetArgs::new(b("b"), b("1")), v(1, 1), now).unwrap();
+        assert_eq!(
+            s.set(SetArgs::new(b("c"), b("1")), v(1, 2), now),
+            Err(StoreError::QuotaExceeded)
+        );
+        // Overwriting an existing key is fine at the quota.
+        assert_eq!(
+            s.set(SetArgs::new(b("a"), b("2")), v(1, 3), now),
+            Ok(SetOutcome::Applied)
+        );
+        s.del(b"b", None).unwrap();
+        assert_eq!(
+            s.set(SetArgs::new(b("c"), b("1")), v(1, 4), now),
+            Ok(SetOutcome::Applied)
+        );
+    }
+
+    #[test]
+    fn expiry_is_exact_and_cleared_by_a_plain_set() {
+        let t0 = Instant::now();
+        let mut s = Store::new(None);
+        let px = |val, d| SetArgs::new(b("k"), val).expiry(Some(ms(d)));
+        s.set(px(b("a"), 50), v(1, 0), t0).unwrap();
+        assert_eq!(s.next_deadline(), Some(t0 + ms(50)));
+        assert!(s.expire_due(t0 + ms(49)).is_empty());
+        // Renewed at 40 ms for 50 ms more: the old deadline is gone.
+        s.set(px(b("a"), 50), v(2, 0), t0 + ms(40)).unwrap();
+        assert_eq!(s.next_deadline(), Some(t0 + ms(90)));
+        assert!(s.expire_due(t0 + ms(60)).is_empty());
+        let expired = s.expire_due(t0 + ms(90));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].0, b("k"));
+        assert_eq!(expired[0].1.version, v(2, 0));
+        assert!(s.get(b"k").is_none());
+        assert_eq!(s.next_deadline(), None);
+
+        // A SET without PX removes the deadline.
+        s.set(px(b("a"), 50), v(3, 0), t0).unwrap();
+        s.set(SetArgs::new(b("k"), b("b")), v(4, 0), t0).unwrap();
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.expire_due(t0 + ms(1000)).is_empty());
+        assert!(s.get(b"k").is_some());
+    }
+
+    #[test]
+    fn deleting_a_key_removes_its_deadline() {
+        let t0 = Instant::now();
+        let mut s = Store::new(None);
+        s.set(
+            SetArgs::new(b("k"), b("v")).expiry(Some(ms(10))),
+            v(1, 0),
+            t0,
+        )
+        .unwrap();
+        s.del(b"k", None).unwrap();
+        assert_eq!(s.next_deadline(), None);
+        s.set(
+            SetArgs::new(b("k"), b("v")).expiry(Some(ms(10))),
+            v(1, 0),
+            t0,
+        )
+        .unwrap();
+        s.vdel(b"k", b"v", None).unwrap();
+        assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn many_deadlines_expire_in_order() {
+        let t0 = Instant::now();
+        let mut s = Store::new(None);
+        for (i, d) in [30u64, 10, 20].into_iter().enumerate() {
+            let key = Bytes::from(format!("k{i}"));
+            s.set(SetArgs::new(key, b("v")).expiry(Some(ms(d))), v(1, 0), t0)
+                .unwrap();
+        }
+        let keys: Vec<Bytes> = s
+            .expire_due(t0 + ms(25))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, vec![b("k1"), b("k2")]);
+        assert_eq!(s.next_deadline(), Some(t0 + ms(30)));
+    }
+
+    #[test]
+    fn fencing_algorithm() {
+        let now = Instant::now();
+        let mut s = Store::new(None);
+        let t1 = Hlc::new(100, 0, "StateStore");
+        let t2 = Hlc::new(200, 0, "StateStore");
+        let set = |token: Option<&Hlc>| SetArgs::new(b("p"), b("v")).fencing_token(token.cloned());
+        // No token on the key, a token on the SET: stored.
+        s.set(set(Some(&t1)), v(1, 0), now).unwrap();
+        assert_eq!(s.get(b"p").unwrap().fencing_token, Some(t1.clone()));
+        // Fenced: no token, a lower token are refused; equal and newer accepted.
+        assert_eq!(
+            s.set(set(None), v(2, 0), now),
+            Err(StoreError::FencingTokenRequired)
+        );
+        assert_eq!(
+            s.set(set(Some(&Hlc::new(99, 5, "x"))), v(2, 0), now),
+            Err(StoreError::FencingTokenLowerVersion)
+        );
+        assert_eq!(s.set(set(Some(&t1)), v(3, 0), now), Ok(SetOutcome::Applied));
+        assert_eq!(s.set(set(Some(&t2)), v(4, 0), now), Ok(SetOutcome::Applied));
+        assert_eq!(s.get(b"p").unwrap().fencing_token, Some(t2.clone()));
+        assert_eq!(
+            s.set(set(Some(&t1)), v(5, 0), now),
+            Err(StoreError::FencingTokenLowerVersion)
+        );
+        // DEL and VDEL follow the same checks; the token goes with the key.
+        assert_eq!(s.del(b"p", None), Err(StoreError::FencingTokenRequired));
+        assert_eq!(
+            s.vdel(b"p", b"v", Some(&t1)),
+            Err(StoreError::FencingTokenLowerVersion)
+        );
+        assert_eq!(s.vdel(b"p", b"v", Some(&t2)), Ok(VdelOutcome::Deleted));
+        assert_eq!(s.set(set(None), v(6, 0), now), Ok(SetOutcome::Applied));
+        assert_eq!(s.get(b"p").unwrap().fencing_token, None);
+        // An unfenced key accepts DEL with or without a token.
+        assert_eq!(s.del(b"p", Some(&t1)), Ok(1));
+    }
+
+    #[test]
+    fn fence_is_checked_before_the_condition() {
+        let now = Instant::now();
+        let mut s = Store::new(None);
+        let t1 = Hlc::new(100, 0, "StateStore");
+        s.set(
+            SetArgs::new(b("p"), b("v")).fencing_token(Some(t1.clone())),
+            v(1, 0),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            s.set(
+                SetArgs::new(b("p"), b("v")).condition(SetCondition::NotExists),
+                v(2, 0),
+                now
+            ),
+            Err(StoreError::FencingTokenRequired)
+        );
+        // A condition that fails does not move the token.
+        let newer = Hlc::new(500, 0, "StateStore");
+        assert_eq!(
+            s.set(
+                SetArgs::new(b("p"), b("v"))
+                    .condition(SetCondition::NotExists)
+                    .fencing_token(Some(newer)),
+                v(3, 0),
+                now
+            ),
+            Ok(SetOutcome::NotApplied)
+        );
+        assert_eq!(s.get(b"p").unwrap().fencing_token, Some(t1));
+    }
+}
