@@ -1,0 +1,618 @@
+//! The async [`Client`]: get, set, del, vdel, observe, unobserve, close.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use mqstate::{Client, ConnectOptions, SetOptions};
+//!
+//! # async fn demo() -> Result<(), mqstate::Error> {
+//! let client = Client::connect(ConnectOptions::from_url("mqtt://127.0.0.1:1883")?).await?;
+//! let outcome = client.set("greeting", "hello", SetOptions::default()).await?;
+//! assert!(outcome.applied);
+//! let got = client.get("greeting").await?.expect("just set");
+//! assert_eq!(got.value, "hello");
+//! assert_eq!(got.version, outcome.version);
+//! // A lease-style conditional write that expires on its own.
+//! let lock = SetOptions::default().nex().expiry(Duration::from_secs(10));
+//! client.set("lock", "holder-1", lock).await?;
+//! client.close().await;
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::connection::Session;
+use crate::error::Error;
+use crate::hlc::Hlc;
+use crate::observe::{self, Command, KeyObservation};
+use crate::options::ConnectOptions;
+use crate::resp3::SetCondition;
+use crate::rpc::Shared;
+use crate::transport;
+
+/// The connection's state, observable with [`Client::state_changes`].
+///
+/// ```
+/// use mqstate::ConnectionState;
+///
+/// assert_eq!(ConnectionState::Reconnecting.as_str(), "reconnecting");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConnectionState {
+    /// The first connection is being made.
+    Connecting,
+    /// Connected and subscribed: requests go out.
+    Connected,
+    /// The connection dropped; the client is reconnecting (requests wait, up to their timeout).
+    Reconnecting,
+    /// Closed by [`Client::close`] (or the last handle was dropped). Final.
+    Closed,
+}
+
+impl ConnectionState {
+    /// A stable snake_case name, for bindings and logs.
+    ///
+    /// ```
+    /// # use mqstate::ConnectionState;
+    /// assert_eq!(ConnectionState::Connected.as_str(), "connected");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionState::Connecting => "connecting",
+            ConnectionState::Connected => "connected",
+            ConnectionState::Reconnecting => "reconnecting",
+            ConnectionState::Closed => "closed",
+        }
+    }
+}
+
+impl fmt::Display for ConnectionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A value with its version (the HLC the server stamped it with).
+///
+/// ```
+/// use mqstate::{Hlc, Versioned};
+///
+/// let v = Versioned { value: "on", version: Hlc::new(1, 0, "StateStore") };
+/// assert_eq!(v.value, "on");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    /// The value.
+    pub value: T,
+    /// Its version.
+    pub version: Hlc,
+}
+
+/// Options of a SET: condition (NX / NEX), expiry, fencing token.
+///
+/// ```
+/// use std::time::Duration;
+/// use mqstate::{SetCondition, SetOptions};
+///
+/// let o = SetOptions::default().nx().expiry(Duration::from_millis(1500));
+/// assert_eq!(o.condition, SetCondition::NotExists);
+/// assert_eq!(o.expiry, Some(Duration::from_millis(1500)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SetOptions {
+    /// Always, `NX` (only if absent) or `NEX` (only if absent or equal to the value).
+    pub condition: SetCondition,
+    /// Expire the key after this long (`PX`, whole milliseconds rounded up; zero is refused).
+    pub expiry: Option<Duration>,
+    /// A fencing token (`__ft`) for a key protected by a lock (PROTOCOL.md section 5).
+    pub fencing_token: Option<Hlc>,
+}
+
+impl SetOptions {
+    /// Set only if the key does not exist (`NX`).
+    ///
+    /// ```
+    /// # use mqstate::{SetCondition, SetOptions};
+    /// assert_eq!(SetOptions::default().nx().condition, SetCondition::NotExists);
+    /// ```
+    #[must_use]
+    pub fn nx(mut self) -> Self {
+        self.condition = SetCondition::NotExists;
+        self
+    }
+
+    /// Set only if the key does not exist or already holds this value (`NEX`).
+    ///
+    /// ```
+    /// # use mqstate::{SetCondition, SetOptions};
+    /// assert_eq!(SetOptions::default().nex().condition, SetCondition::NotExistsOrEqual);
+    /// ```
+    #[must_use]
+    pub fn nex(mut self) -> Self {
+        self.condition = SetCondition::NotExistsOrEqual;
+        self
+    }
+
+    /// Expire the key after `expiry`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use mqstate::SetOptions;
+    /// assert!(SetOptions::default().expiry(Duration::from_secs(1)).expiry.is_some());
+    /// ```
+    #[must_use]
+    pub fn expiry(mut self, expiry: Duration) -> Self {
+        self.expiry = Some(expiry);
+        self
+    }
+
+    /// Send this fencing token.
+    ///
+    /// ```
+    /// # use mqstate::{Hlc, SetOptions};
+    /// let o = SetOptions::default().fencing_token(Hlc::new(1, 0, "StateStore"));
+    /// assert!(o.fencing_token.is_some());
+    /// ```
+    #[must_use]
+    pub fn fencing_token(mut self, token: Hlc) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
+}
+
+/// The outcome of a SET.
+///
+/// ```
+/// use mqstate::{Hlc, SetOutcome};
+///
+/// let o = SetOutcome { applied: false, version: Hlc::new(1, 0, "StateStore") };
+/// assert!(!o.applied); // the NX / NEX condition failed
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetOutcome {
+    /// False when the NX / NEX condition failed (`:-1`).
+    pub applied: bool,
+    /// The response's `__ts`: the key's new version when applied (for a lease, the fencing
+    /// token).
+    pub version: Hlc,
+}
+
+/// The outcome of a VDEL.
+///
+/// ```
+/// use mqstate::VdelOutcome;
+///
+/// assert!(VdelOutcome::Deleted.deleted());
+/// assert!(!VdelOutcome::ValueMismatch.deleted());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VdelOutcome {
+    /// The key held the value and was deleted (`:1`).
+    Deleted,
+    /// There was no such key (`:0`).
+    NotFound,
+    /// The key holds another value and was kept (`:-1`).
+    ValueMismatch,
+}
+
+impl VdelOutcome {
+    /// True for [`VdelOutcome::Deleted`].
+    ///
+    /// ```
+    /// # use mqstate::VdelOutcome;
+    /// assert!(!VdelOutcome::NotFound.deleted());
+    /// ```
+    pub fn deleted(self) -> bool {
+        self == VdelOutcome::Deleted
+    }
+}
+
+/// Owns the background tasks; dropped with the last [`Client`] (or [`KeyObservation`]),
+/// which closes the connection.
+struct Inner {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    commands: mpsc::UnboundedSender<Command>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    request_timeout: Duration,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The session sends DISCONNECT and ends; nothing here blocks or needs a runtime.
+        self.shutdown.send_replace(true);
+    }
+}
+
+/// A state store client: cheap to clone (`Arc` inside), `Send + Sync`, usable from any
+/// number of tasks at once; requests are pipelined on one MQTT connection.
+///
+/// Dropping the last clone (and the last [`KeyObservation`]) closes the connection;
+/// [`close`](Client::close) does it explicitly and waits for it.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), mqstate::Error> {
+/// let client = mqstate::Client::connect(mqstate::ConnectOptions::default()).await?;
+/// let c2 = client.clone();
+/// let (a, b) = tokio::join!(client.get("a"), c2.get("b"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("client_id", &self.inner.shared.client_id)
+            .field("state", &self.state())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects, subscribes to the client's response and notification topics, and returns
+    /// once the broker acknowledged the subscription. A failure of this first connection is
+    /// returned ([`Error::Connection`]); later drops are reconnected in the background.
+    ///
+    /// Must be called within a tokio runtime (multi-thread or current-thread); the client's
+    /// background tasks run on it. Use [`crate::blocking::Client`] outside of one.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), mqstate::Error> {
+    /// let client = mqstate::Client::connect(mqstate::ConnectOptions::new("127.0.0.1", 1883)).await?;
+    /// println!("connected as {}", client.client_id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(options: ConnectOptions) -> Result<Client, Error> {
+        // Polled by some other executor, `tokio::spawn` would panic: say so instead.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::InvalidArgument(
+                "Client::connect must run inside a tokio runtime (use mqstate::blocking::Client otherwise)".into(),
+            ));
+        }
+        options.validate()?;
+        let client_id = options
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("mqstate-{:016x}", fastrand::u64(..)));
+        let (publisher, events) = transport::rumqttc_transport(&options, &client_id)?;
+        let shared = Arc::new(Shared::new(
+            client_id,
+            publisher,
+            options.observation_buffer,
+        ));
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let request_timeout = options.request_timeout;
+        tokio::spawn(observe::manager(
+            shared.clone(),
+            request_timeout,
+            commands.clone(),
+            commands_rx,
+        ));
+        let session = Session {
+            events,
+            shared: shared.clone(),
+            options,
+            commands: commands.clone(),
+            shutdown: shutdown_rx,
+            ready: Some(ready_tx),
+        };
+        let task = tokio::spawn(session.run());
+        let inner = Arc::new(Inner {
+            shared,
+            shutdown,
+            commands,
+            task: Mutex::new(Some(task)),
+            request_timeout,
+        });
+        match ready_rx.await {
+            Ok(Ok(())) => Ok(Client {
+                inner,
+                timeout: request_timeout,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::Connection(
+                "the connection task ended before connecting".into(),
+            )),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    pub(crate) fn send_command(&self, command: Command) {
+        let _ = self.inner.commands.send(command);
+    }
+
+    /// The MQTT client id (generated when the options had none).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) {
+    /// assert!(!client.client_id().is_empty());
+    /// # }
+    /// ```
+    pub fn client_id(&self) -> &str {
+        &self.inner.shared.client_id
+    }
+
+    /// The request timeout of this handle.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) {
+    /// # use std::time::Duration;
+    /// assert_eq!(client.with_timeout(Duration::from_secs(1)).timeout(), Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A handle on the same connection whose requests use `timeout` (sub-second timeouts
+    /// work; the MQTT message expiry is the timeout rounded up to whole seconds). A zero
+    /// timeout is replaced by the connection's default.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// use std::time::Duration;
+    /// let fast = client.with_timeout(Duration::from_millis(250));
+    /// let value = fast.get("sensor/temperature").await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            timeout: if timeout.is_zero() {
+                self.inner.request_timeout
+            } else {
+                timeout
+            },
+        }
+    }
+
+    /// The connection's state now.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) {
+    /// assert_eq!(client.state(), mqstate::ConnectionState::Connected);
+    /// # }
+    /// ```
+    pub fn state(&self) -> ConnectionState {
+        *self.inner.shared.state.borrow()
+    }
+
+    /// A watch of the connection's state (connected / reconnecting / closed). The receiver
+    /// works from any runtime or thread.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) {
+    /// let mut states = client.state_changes();
+    /// while states.changed().await.is_ok() {
+    ///     println!("connection is {}", *states.borrow());
+    /// }
+    /// # }
+    /// ```
+    pub fn state_changes(&self) -> watch::Receiver<ConnectionState> {
+        self.inner.shared.state.subscribe()
+    }
+
+    /// `GET key`: the value and its version, or `None` if there is no such key.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// match client.get(b"\x00binary key").await? {
+    ///     Some(v) => println!("{:?} (version {})", v.value, v.version),
+    ///     None => println!("not set"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Versioned<Bytes>>, Error> {
+        self.inner.shared.get(key.as_ref(), self.timeout).await
+    }
+
+    /// `SET key value [NX|NEX] [PX ms]`, with `__ft` when a fencing token is given.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// use mqstate::SetOptions;
+    /// let first = client.set("config", b"v1\r\n", SetOptions::default().nx()).await?;
+    /// println!("applied: {}, version {}", first.applied, first.version);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        options: SetOptions,
+    ) -> Result<SetOutcome, Error> {
+        self.inner
+            .shared
+            .set(key.as_ref(), value.as_ref(), &options, self.timeout)
+            .await
+    }
+
+    /// `DEL key`: the number of keys deleted (0 or 1).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let deleted = client.del("config", None).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn del(
+        &self,
+        key: impl AsRef<[u8]>,
+        fencing_token: Option<&Hlc>,
+    ) -> Result<u32, Error> {
+        self.inner
+            .shared
+            .del(key.as_ref(), fencing_token, self.timeout)
+            .await
+    }
+
+    /// `VDEL key value`: delete only if the key holds `value`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// use mqstate::VdelOutcome;
+    /// if client.vdel("lock", "holder-1", None).await? == VdelOutcome::ValueMismatch {
+    ///     println!("someone else holds the lock");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn vdel(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        fencing_token: Option<&Hlc>,
+    ) -> Result<VdelOutcome, Error> {
+        self.inner
+            .shared
+            .vdel(key.as_ref(), value.as_ref(), fencing_token, self.timeout)
+            .await
+    }
+
+    /// Observes a key: a stream of its changes from now on (see [`KeyObservation`]). Any
+    /// number of streams may observe the same key; the server is asked once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let mut changes = client.observe("door").await?;
+    /// while let Some(change) = changes.recv().await {
+    ///     let change = change?;
+    ///     println!("{:?} -> {:?}", change.key, change.operation);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn observe(&self, key: impl AsRef<[u8]>) -> Result<KeyObservation, Error> {
+        observe::observe(self, Bytes::copy_from_slice(key.as_ref())).await
+    }
+
+    /// Stops observing a key: every stream of it ends, and the server is told (`KEYNOTIFY
+    /// key STOP`). Not an error if the key was not observed.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// client.unobserve("door").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unobserve(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
+        observe::unobserve(self, key.as_ref()).await
+    }
+
+    /// Closes the connection gracefully (DISCONNECT) and waits for it: requests still waiting
+    /// fail with [`Error::Disconnected`], observation streams end, later calls fail.
+    /// Idempotent, and closes it for every clone.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) {
+    /// client.close().await;
+    /// assert_eq!(client.state(), mqstate::ConnectionState::Closed);
+    /// # }
+    /// ```
+    pub async fn close(&self) {
+        self.inner.shutdown.send_replace(true);
+        let task = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match task {
+            Some(mut task) => {
+                if tokio::time::timeout(Duration::from_secs(5), &mut task)
+                    .await
+                    .is_err()
+                {
+                    task.abort();
+                    self.inner
+                        .shared
+                        .state
+                        .send_replace(ConnectionState::Closed);
+                }
+            }
+            None => {
+                let mut states = self.state_changes();
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    states.wait_for(|s| *s == ConnectionState::Closed),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// How many requests are waiting for a response (diagnostics).
+    #[doc(hidden)]
+    pub fn requests_in_flight(&self) -> usize {
+        self.inner.shared.in_flight()
+    }
+
+    /// How many keys are registered for notifications (diagnostics).
+    #[doc(hidden)]
+    pub fn observed_keys(&self) -> usize {
+        self.inner.shared.registry.observed_keys()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+
+    /// The bindings move these across threads and share them (C: one handle, many threads;
+    /// Node / Python: streams pulled from another runtime).
+    #[test]
+    fn handles_are_thread_safe() {
+        send_sync::<Client>();
+        send_sync::<crate::blocking::Client>();
+        send_sync::<crate::blocking::KeyObservation>();
+        send::<KeyObservation>();
+        send_sync::<Error>();
+        send_sync::<ConnectOptions>();
+    }
+
+    #[tokio::test]
+    async fn connect_validates_options_before_anything() {
+        let err = Client::connect(ConnectOptions::new("", 1883))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+        let err = Client::connect(
+            ConnectOptions::new("127.0.0.1", 1883).with_keep_alive(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn connect_outside_a_runtime_is_an_error_not_a_panic() {
+        let fut = Client::connect(ConnectOptions::default());
+        // Polled by a trivial executor that is not tokio.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut fut = std::pin::pin!(fut);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Err(e)) => {
+                assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument)
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}

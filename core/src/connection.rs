@@ -1,0 +1,531 @@
+//! The MQTT5 session: one task polls the transport's event loop and does nothing else but
+//! route what arrives (responses to their callers, notifications to their streams), react to
+//! connection events, and wait out the reconnect backoff.
+//!
+//! The session's life:
+//! 1. Connect (clean start off, session expiry set). On the first CONNACK, and on any later
+//!    CONNACK that says the broker has no session for us, SUBSCRIBE to the response topic
+//!    and the notification filter, ahead of anything else queued, and wait for the SUBACK.
+//!    Then the state is [`ConnectionState::Connected`] and requests may be sent.
+//! 2. When the connection drops: [`ConnectionState::Reconnecting`]; wait a backoff delay
+//!    (exponential, with jitter), re-read the credentials (the SAT token rotates), reconnect.
+//!    - The broker kept the session: rumqttc resends the unacknowledged requests and the
+//!      broker delivers the responses it queued, so requests in flight complete.
+//!    - It did not: no response to a request sent before can arrive any more, so each of
+//!      them fails at once with [`Error::Disconnected`] (it may or may not have been
+//!      applied, and it was not resent).
+//!
+//!    Either way the server forgot the KEYNOTIFY registrations, which the observation
+//!    manager restores (with a catch-up GET per key).
+//! 3. [`crate::Client::close`]: DISCONNECT, then [`ConnectionState::Closed`]; every request
+//!    still waiting fails and every observation stream ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::client::ConnectionState;
+use crate::error::Error;
+use crate::observe::Command;
+use crate::options::ConnectOptions;
+use crate::rpc::Shared;
+use crate::transport::{EventSource, TransportEvent};
+
+/// How long a graceful close waits for the DISCONNECT to leave.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Where the connection is; watch it with [`crate::Client::state_changes`].
+pub(crate) struct Session<E> {
+    pub(crate) events: E,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) options: ConnectOptions,
+    pub(crate) commands: mpsc::UnboundedSender<Command>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Told the outcome of the first connection (then `None`).
+    pub(crate) ready: Option<oneshot::Sender<Result<(), Error>>>,
+}
+
+impl<E: EventSource> Session<E> {
+    fn filters(&self) -> Vec<String> {
+        vec![
+            self.shared.response_topic.clone(),
+            self.shared.notify_filter.clone(),
+        ]
+    }
+
+    fn set_state(&self, state: ConnectionState) {
+        self.shared.state.send_if_modified(|s| {
+            let changed = *s != state;
+            *s = state;
+            changed
+        });
+    }
+
+    /// The connection is usable.
+    fn became_ready(&mut self) {
+        self.set_state(ConnectionState::Connected);
+        match self.ready.take() {
+            Some(ready) => {
+                let _ = ready.send(Ok(()));
+            }
+            None => {
+                let _ = self.commands.send(Command::Restore);
+            }
+        }
+    }
+
+    /// The first connection failed: report it and stop (a later `connect` starts afresh).
+    fn fail_first(&mut self, error: Error) -> bool {
+        match self.ready.take() {
+            Some(ready) => {
+                let _ = ready.send(Err(error));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn refresh_credentials(&mut self) {
+        let password = self.options.current_password();
+        let sat = self.options.current_sat();
+        match (password, sat) {
+            (Ok(password), Ok(sat)) => {
+                self.events
+                    .set_credentials(self.options.username.as_deref(), password, sat);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!("keeping the previous credentials: {e}");
+            }
+        }
+    }
+
+    /// Runs the session until it is closed (or its first connection fails).
+    pub(crate) async fn run(mut self) {
+        let mut attempt: u32 = 0;
+        let mut awaiting_suback = false;
+        let mut suback_id: Option<u16> = None;
+        let mut closing: Option<tokio::time::Instant> = None;
+        loop {
+            let event = match closing {
+                None => {
+                    tokio::select! {
+                        biased;
+                        changed = self.shutdown.changed() => {
+                            if changed.is_err() || *self.shutdown.borrow() {
+                                if *self.shared.state.borrow() == ConnectionState::Connected
+                                    && self.shared.publisher.disconnect()
+                                {
+                                    closing = Some(tokio::time::Instant::now() + CLOSE_GRACE);
+                                    continue;
+                                }
+                                break;
+                            }
+                            continue;
+                        }
+                        event = self.events.poll() => event,
+                    }
+                }
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, self.events.poll()).await {
+                        Ok(Ok(TransportEvent::DisconnectSent)) | Ok(Err(_)) | Err(_) => break,
+                        Ok(Ok(TransportEvent::Message(m))) => {
+                            self.route(m);
+                            continue;
+                        }
+                        Ok(Ok(_)) => continue,
+                    }
+                }
+            };
+            match event {
+                Ok(TransportEvent::Connected {
+                    session_present,
+                    max_packet_size,
+                }) => {
+                    attempt = 0;
+                    self.shared.max_packet_size.store(
+                        max_packet_size.unwrap_or(u32::MAX),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    let first = self.ready.is_some();
+                    if !first && !session_present {
+                        self.shared.fail_all(&Error::Disconnected(
+                            "the connection was lost and the broker kept no session: the request may or may not have been applied, and it was not resent".into(),
+                        ));
+                    }
+                    if first || !session_present {
+                        self.events.subscribe_first(&self.filters());
+                        awaiting_suback = true;
+                        suback_id = None;
+                    } else {
+                        self.became_ready();
+                    }
+                }
+                Ok(TransportEvent::SubscribeSent(id)) if awaiting_suback => suback_id = Some(id),
+                Ok(TransportEvent::SubAck { id, result })
+                    if awaiting_suback && suback_id == Some(id) =>
+                {
+                    awaiting_suback = false;
+                    suback_id = None;
+                    match result {
+                        Ok(()) => self.became_ready(),
+                        Err(reason) => {
+                            let error = Error::Connection(format!(
+                                "the broker refused the subscription to the response or notification topic: {reason}"
+                            ));
+                            if self.fail_first(error) {
+                                self.shared.publisher.disconnect();
+                                break;
+                            }
+                            // Requests would only time out; say why, keep the session going.
+                            tracing::error!("{reason}: responses cannot be received");
+                            self.became_ready();
+                        }
+                    }
+                }
+                Ok(TransportEvent::Message(m)) => self.route(m),
+                Ok(_) => {}
+                Err(e) => {
+                    if self.fail_first(Error::Connection(e.clone())) {
+                        break;
+                    }
+                    awaiting_suback = false;
+                    self.set_state(ConnectionState::Reconnecting);
+                    let delay = self.options.reconnect.delay(attempt, fastrand::f64());
+                    tracing::info!(
+                        "connection lost ({e}); reconnecting in {delay:?} (attempt {})",
+                        attempt + 1
+                    );
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        biased;
+                        changed = self.shutdown.changed() => {
+                            if changed.is_err() || *self.shutdown.borrow() {
+                                break;
+                            }
+                        }
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    self.refresh_credentials();
+                }
+            }
+        }
+        self.finish();
+    }
+
+    fn route(&self, message: crate::transport::IncomingMessage) {
+        if message.topic == self.shared.response_topic.as_bytes() {
+            self.shared.route_response(message);
+        } else if message
+            .topic
+            .starts_with(self.shared.notify_prefix.as_bytes())
+        {
+            self.shared
+                .registry
+                .route_notification(&self.shared, message);
+        } else {
+            tracing::debug!("message on an unexpected topic dropped");
+        }
+    }
+
+    fn finish(&mut self) {
+        self.set_state(ConnectionState::Closed);
+        let _ = self.fail_first(Error::Disconnected(
+            "the client was closed while connecting".into(),
+        ));
+        self.shared
+            .fail_all(&Error::Disconnected("the client is closed".into()));
+        self.shared.registry.close_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::ReconnectPolicy;
+    use crate::transport::{IncomingMessage, OutgoingRequest, Publisher};
+    use bytes::Bytes;
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+
+    #[derive(Debug, Default)]
+    struct NullPublisher {
+        disconnects: Mutex<u32>,
+    }
+
+    impl Publisher for NullPublisher {
+        fn publish(
+            &self,
+            _request: OutgoingRequest,
+        ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn disconnect(&self) -> bool {
+            *self.disconnects.lock().unwrap() += 1;
+            true
+        }
+    }
+
+    /// A transport that plays a script, then waits forever.
+    #[derive(Debug)]
+    struct Script {
+        events: VecDeque<Result<TransportEvent, String>>,
+        subscribes: Arc<Mutex<Vec<Vec<String>>>>,
+        credentials: Arc<Mutex<u32>>,
+    }
+
+    impl EventSource for Script {
+        async fn poll(&mut self) -> Result<TransportEvent, String> {
+            match self.events.pop_front() {
+                Some(e) => e,
+                None => std::future::pending().await,
+            }
+        }
+        fn subscribe_first(&mut self, filters: &[String]) {
+            self.subscribes.lock().unwrap().push(filters.to_vec());
+        }
+        fn set_credentials(&mut self, _u: Option<&str>, _p: Option<String>, _s: Option<Bytes>) {
+            *self.credentials.lock().unwrap() += 1;
+        }
+    }
+
+    struct Harness {
+        shared: Arc<Shared>,
+        commands: mpsc::UnboundedReceiver<Command>,
+        shutdown: watch::Sender<bool>,
+        ready: oneshot::Receiver<Result<(), Error>>,
+        subscribes: Arc<Mutex<Vec<Vec<String>>>>,
+        credentials: Arc<Mutex<u32>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    fn start(events: Vec<Result<TransportEvent, String>>) -> Harness {
+        let shared = Arc::new(Shared::new(
+            "c1".into(),
+            Arc::new(NullPublisher::default()),
+            4,
+        ));
+        let (tx, commands) = mpsc::unbounded_channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (ready_tx, ready) = oneshot::channel();
+        let subscribes = Arc::new(Mutex::new(Vec::new()));
+        let credentials = Arc::new(Mutex::new(0));
+        let session = Session {
+            events: Script {
+                events: events.into(),
+                subscribes: subscribes.clone(),
+                credentials: credentials.clone(),
+            },
+            shared: shared.clone(),
+            options: ConnectOptions::default().with_reconnect(ReconnectPolicy::new(
+                Duration::from_millis(1),
+                Duration::from_millis(2),
+            )),
+            commands: tx,
+            shutdown: shutdown_rx,
+            ready: Some(ready_tx),
+        };
+        Harness {
+            shared,
+            commands,
+            shutdown,
+            ready,
+            subscribes,
+            credentials,
+            task: tokio::spawn(session.run()),
+        }
+    }
+
+    async fn wait_state(shared: &Shared, state: ConnectionState) {
+        let mut rx = shared.state.subscribe();
+        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|s| *s == state))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn first_connect_subscribes_and_waits_for_suback() {
+        let h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: true,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(7)),
+            Ok(TransportEvent::SubAck {
+                id: 6,
+                result: Ok(()),
+            }), // not ours
+            Ok(TransportEvent::SubAck {
+                id: 7,
+                result: Ok(()),
+            }),
+        ]);
+        h.ready.await.unwrap().unwrap();
+        assert_eq!(*h.shared.state.borrow(), ConnectionState::Connected);
+        let subs = h.subscribes.lock().unwrap().clone();
+        assert_eq!(subs.len(), 1);
+        assert_eq!(subs[0][0], h.shared.response_topic);
+        assert!(subs[0][1].ends_with("/command/notify/+"));
+        h.shutdown.send_replace(true);
+        h.task.await.unwrap();
+        assert_eq!(*h.shared.state.borrow(), ConnectionState::Closed);
+    }
+
+    #[tokio::test]
+    async fn refused_subscription_fails_the_first_connect() {
+        let h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(1)),
+            Ok(TransportEvent::SubAck {
+                id: 1,
+                result: Err("NotAuthorized".into()),
+            }),
+        ]);
+        let err = h.ready.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("NotAuthorized"), "{err}");
+        h.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn failed_first_connect_is_reported_not_retried() {
+        let h = start(vec![Err("connection refused".into())]);
+        let err = h.ready.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Connection);
+        h.task.await.unwrap();
+        assert_eq!(*h.credentials.lock().unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn reconnect_with_session_keeps_requests_and_restores_observations() {
+        let mut h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(1)),
+            Ok(TransportEvent::SubAck {
+                id: 1,
+                result: Ok(()),
+            }),
+            Err("connection reset".into()),
+            Err("connection refused".into()),
+            Ok(TransportEvent::Connected {
+                session_present: true,
+                max_packet_size: None,
+            }),
+        ]);
+        h.ready.await.unwrap().unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), h.commands.recv()).await {
+            Ok(Some(Command::Restore)) => {}
+            other => panic!("expected a restore, got {other:?}"),
+        }
+        assert_eq!(*h.shared.state.borrow(), ConnectionState::Connected);
+        // No resubscription: the broker kept the session.
+        assert_eq!(h.subscribes.lock().unwrap().len(), 1);
+        assert_eq!(*h.credentials.lock().unwrap(), 2);
+        h.shutdown.send_replace(true);
+        h.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn session_loss_fails_requests_sent_before() {
+        let h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(1)),
+            Ok(TransportEvent::SubAck {
+                id: 1,
+                result: Ok(()),
+            }),
+        ]);
+        h.ready.await.unwrap().unwrap();
+        let shared = h.shared.clone();
+        let waiter = {
+            let shared = shared.clone();
+            tokio::spawn(async move { shared.get(b"k", Duration::from_secs(30)).await })
+        };
+        while shared.in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+        h.shutdown.send_replace(true);
+        h.task.await.unwrap();
+        // Second session on the same shared state: lost connection, then no session.
+        let (tx, _commands) = mpsc::unbounded_channel();
+        let (_shutdown, shutdown_rx) = watch::channel(false);
+        shared.state.send_replace(ConnectionState::Connected);
+        let waiter2 = {
+            let shared = shared.clone();
+            tokio::spawn(async move { shared.get(b"k2", Duration::from_secs(30)).await })
+        };
+        while shared.in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let subscribes = Arc::new(Mutex::new(Vec::new()));
+        let session = Session {
+            events: Script {
+                events: vec![
+                    Err("reset".to_string()),
+                    Ok(TransportEvent::Connected {
+                        session_present: false,
+                        max_packet_size: None,
+                    }),
+                    Ok(TransportEvent::SubscribeSent(3)),
+                    Ok(TransportEvent::SubAck {
+                        id: 3,
+                        result: Ok(()),
+                    }),
+                ]
+                .into(),
+                subscribes: subscribes.clone(),
+                credentials: Arc::new(Mutex::new(0)),
+            },
+            shared: shared.clone(),
+            options: ConnectOptions::default().with_reconnect(ReconnectPolicy::new(
+                Duration::from_millis(1),
+                Duration::from_millis(1),
+            )),
+            commands: tx,
+            shutdown: shutdown_rx,
+            ready: None,
+        };
+        let task = tokio::spawn(session.run());
+        let err = waiter2.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("kept no session"), "{err}");
+        wait_state(&shared, ConnectionState::Connected).await;
+        assert_eq!(subscribes.lock().unwrap().len(), 1);
+        assert!(waiter.await.unwrap().is_err());
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn incoming_messages_are_routed_by_topic() {
+        let h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(1)),
+            Ok(TransportEvent::SubAck {
+                id: 1,
+                result: Ok(()),
+            }),
+            Ok(TransportEvent::Message(IncomingMessage {
+                topic: Bytes::from_static(b"some/other/topic"),
+                payload: Bytes::new(),
+                correlation: None,
+                user_properties: vec![],
+            })),
+        ]);
+        h.ready.await.unwrap().unwrap();
+        h.shutdown.send_replace(true);
+        h.task.await.unwrap();
+    }
+}

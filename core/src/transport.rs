@@ -1,0 +1,377 @@
+//! The MQTT5 transport behind a small internal interface, implemented on rumqttc 0.25.
+//!
+//! The rest of the client sees two halves: a [`Publisher`] (cheap to share, used by every
+//! request) and an [`EventSource`] (owned by the one connection task, which polls it). Only
+//! this module knows rumqttc, so the connection logic can be driven by a scripted transport
+//! in tests and the MQTT library could be swapped without touching the protocol code.
+//!
+//! What rumqttc does not do, and this module does (measured limits of rumqttc 0.25):
+//! - TCP_NODELAY on (rumqttc leaves it off: every round trip then costs 40-88 ms);
+//! - clean start off with a session expiry (with clean start on, queued QoS 1 publishes are
+//!   silently dropped on reconnect);
+//! - our SUBSCRIBE goes ahead of the publishes rumqttc resends after a reconnect, so that a
+//!   response cannot arrive before the subscription that routes it exists;
+//! - credentials (password file, SAT token) refreshed before every reconnection attempt.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{
+    Filter, Packet, PublishProperties, Subscribe, SubscribeReasonCode,
+};
+use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions, Request};
+use rumqttc::{NetworkOptions, Outgoing, TlsConfiguration, Transport};
+
+use crate::error::Error;
+use crate::options::{ConnectOptions, SAT_AUTH_METHOD};
+
+/// A request to publish (QoS 1, on the request topic).
+#[derive(Debug)]
+pub(crate) struct OutgoingRequest {
+    pub(crate) topic: &'static str,
+    pub(crate) payload: Bytes,
+    pub(crate) response_topic: String,
+    pub(crate) correlation: Bytes,
+    pub(crate) message_expiry_secs: u32,
+    pub(crate) user_properties: Vec<(String, String)>,
+}
+
+impl OutgoingRequest {
+    /// An upper bound of the PUBLISH packet's size on the wire (the varints counted at their
+    /// longest), to refuse a request the broker's maximum packet size would not let through.
+    /// rumqttc would otherwise fail the connection on it and, with a persistent session,
+    /// resend it after every reconnect forever.
+    pub(crate) fn packet_size_bound(&self) -> usize {
+        let properties = 2 // payload format indicator
+            + 5 // message expiry interval
+            + 3 + self.response_topic.len()
+            + 3 + self.correlation.len()
+            + 3 + "application/octet-stream".len()
+            + self
+                .user_properties
+                .iter()
+                .map(|(k, v)| 5 + k.len() + v.len())
+                .sum::<usize>();
+        let remaining = 2 + self.topic.len() + 2 + 4 + properties + self.payload.len();
+        1 + 4 + remaining
+    }
+}
+
+/// A PUBLISH received from the broker, reduced to what the state store protocol reads.
+#[derive(Debug, Clone)]
+pub(crate) struct IncomingMessage {
+    pub(crate) topic: Bytes,
+    pub(crate) payload: Bytes,
+    pub(crate) correlation: Option<Bytes>,
+    pub(crate) user_properties: Vec<(String, String)>,
+}
+
+impl IncomingMessage {
+    /// The value of a user property (the first one with that name).
+    pub(crate) fn property(&self, name: &str) -> Option<&str> {
+        self.user_properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the connection task learns from one poll.
+#[derive(Debug)]
+pub(crate) enum TransportEvent {
+    /// CONNACK accepted; `max_packet_size` is the broker's limit on what we send.
+    Connected {
+        session_present: bool,
+        max_packet_size: Option<u32>,
+    },
+    /// Our SUBSCRIBE left, with this packet id.
+    SubscribeSent(u16),
+    /// A SUBACK: `Err` carries the refused filters' reason codes.
+    SubAck { id: u16, result: Result<(), String> },
+    /// A PUBLISH for us.
+    Message(IncomingMessage),
+    /// Our DISCONNECT left (graceful close).
+    DisconnectSent,
+    /// Anything else (acks, pings).
+    Other,
+}
+
+/// The sending half, shared by every request.
+pub(crate) trait Publisher: Send + Sync + 'static {
+    /// Hands a request to the connection. Waits (asynchronously) when the outgoing queue is
+    /// full, which is how 64 requests in flight queue behind a broker's receive maximum of 20.
+    /// `Err` means the connection task is gone.
+    fn publish(
+        &self,
+        request: OutgoingRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>>;
+
+    /// Asks for a graceful DISCONNECT without waiting; false if the connection is gone.
+    fn disconnect(&self) -> bool;
+}
+
+/// The polling half, owned by the connection task.
+pub(crate) trait EventSource: Send + 'static {
+    /// The next event; `Err` is a lost connection or a failed connection attempt (the next
+    /// call tries to connect again).
+    fn poll(&mut self) -> impl Future<Output = Result<TransportEvent, String>> + Send;
+
+    /// Sends a SUBSCRIBE to `filters` (QoS 1) before anything else queued.
+    fn subscribe_first(&mut self, filters: &[String]);
+
+    /// Credentials for the next connection attempt.
+    fn set_credentials(
+        &mut self,
+        username: Option<&str>,
+        password: Option<String>,
+        sat: Option<Bytes>,
+    );
+}
+
+/// How many requests may wait in the queue between the callers and the event loop before
+/// `publish` waits. Large enough that a burst of pipelined requests never waits on the
+/// channel itself, only on the broker's receive maximum.
+const REQUEST_QUEUE: usize = 1024;
+
+/// Builds the rumqttc pair from our options (reading TLS files and secrets now).
+pub(crate) fn rumqttc_transport(
+    options: &ConnectOptions,
+    client_id: &str,
+) -> Result<(Arc<dyn Publisher>, RumqttcEvents), Error> {
+    let mut mqtt = MqttOptions::new(client_id, options.host.clone(), options.port);
+    // validate() guarantees 5 s <= keep-alive <= 65,535 s, so rumqttc's assertion holds.
+    mqtt.set_keep_alive(options.keep_alive);
+    mqtt.set_clean_start(false);
+    let expiry = u32::try_from(options.session_expiry.as_secs()).unwrap_or(u32::MAX);
+    mqtt.set_session_expiry_interval(Some(expiry));
+    mqtt.set_max_packet_size(Some(options.max_packet_size));
+    mqtt.set_request_channel_capacity(REQUEST_QUEUE);
+    let connect_secs = options.connect_timeout.as_secs().max(1);
+    mqtt.set_connection_timeout(connect_secs);
+    let mut net = NetworkOptions::new();
+    net.set_tcp_nodelay(true);
+    net.set_connection_timeout(connect_secs);
+    mqtt.set_network_options(net);
+    if let Some(tls) = &options.tls {
+        mqtt.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
+            tls.client_config()?,
+        )));
+    }
+    let (client, eventloop) = AsyncClient::new(mqtt, REQUEST_QUEUE);
+    let mut events = RumqttcEvents { eventloop };
+    events.set_credentials(
+        options.username.as_deref(),
+        options.current_password()?,
+        options.current_sat()?,
+    );
+    Ok((Arc::new(RumqttcPublisher { client }), events))
+}
+
+#[derive(Debug)]
+struct RumqttcPublisher {
+    client: AsyncClient,
+}
+
+impl Publisher for RumqttcPublisher {
+    fn publish(
+        &self,
+        request: OutgoingRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>> {
+        Box::pin(async move {
+            let properties = PublishProperties {
+                payload_format_indicator: Some(0),
+                message_expiry_interval: Some(request.message_expiry_secs),
+                topic_alias: None,
+                response_topic: Some(request.response_topic),
+                correlation_data: Some(request.correlation),
+                user_properties: request.user_properties,
+                subscription_identifiers: Vec::new(),
+                content_type: Some("application/octet-stream".to_owned()),
+            };
+            self.client
+                .publish_bytes_with_properties(
+                    request.topic,
+                    QoS::AtLeastOnce,
+                    false,
+                    request.payload,
+                    properties,
+                )
+                .await
+                .map_err(|_| ())
+        })
+    }
+
+    fn disconnect(&self) -> bool {
+        self.client.try_disconnect().is_ok()
+    }
+}
+
+/// rumqttc's event loop, polled by the connection task only.
+pub(crate) struct RumqttcEvents {
+    eventloop: EventLoop,
+}
+
+impl std::fmt::Debug for RumqttcEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RumqttcEvents").finish_non_exhaustive()
+    }
+}
+
+impl EventSource for RumqttcEvents {
+    async fn poll(&mut self) -> Result<TransportEvent, String> {
+        let event = self.eventloop.poll().await.map_err(|e| e.to_string())?;
+        Ok(match event {
+            Event::Incoming(Packet::ConnAck(ack)) => TransportEvent::Connected {
+                session_present: ack.session_present,
+                max_packet_size: ack.properties.as_ref().and_then(|p| p.max_packet_size),
+            },
+            Event::Incoming(Packet::SubAck(ack)) => {
+                let refused: Vec<String> = ack
+                    .return_codes
+                    .iter()
+                    .filter(|c| !matches!(c, SubscribeReasonCode::Success(_)))
+                    .map(|c| format!("{c:?}"))
+                    .collect();
+                let reason = ack
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.reason_string.clone())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                TransportEvent::SubAck {
+                    id: ack.pkid,
+                    result: if refused.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("{}{reason}", refused.join(", ")))
+                    },
+                }
+            }
+            Event::Incoming(Packet::Publish(publish)) => {
+                let (correlation, user_properties) = match publish.properties {
+                    Some(p) => (p.correlation_data, p.user_properties),
+                    None => (None, Vec::new()),
+                };
+                TransportEvent::Message(IncomingMessage {
+                    topic: publish.topic,
+                    payload: publish.payload,
+                    correlation,
+                    user_properties,
+                })
+            }
+            Event::Outgoing(Outgoing::Subscribe(pkid)) => TransportEvent::SubscribeSent(pkid),
+            Event::Outgoing(Outgoing::Disconnect) => TransportEvent::DisconnectSent,
+            _ => TransportEvent::Other,
+        })
+    }
+
+    fn subscribe_first(&mut self, filters: &[String]) {
+        let subscribe = Subscribe::new_many(
+            filters
+                .iter()
+                .map(|f| Filter::new(f.clone(), QoS::AtLeastOnce)),
+            None,
+        );
+        // `pending` is what rumqttc sends first after a (re)connection, ahead of the request
+        // channel; putting the SUBSCRIBE at its front orders it before every resent publish.
+        self.eventloop
+            .pending
+            .push_front(Request::Subscribe(subscribe));
+    }
+
+    fn set_credentials(
+        &mut self,
+        username: Option<&str>,
+        password: Option<String>,
+        sat: Option<Bytes>,
+    ) {
+        let options = &mut self.eventloop.options;
+        if let Some(user) = username {
+            options.set_credentials(user, password.unwrap_or_default());
+        }
+        if let Some(token) = sat {
+            options.set_authentication_method(Some(SAT_AUTH_METHOD.to_owned()));
+            options.set_authentication_data(Some(token));
+        }
+    }
+}
+
+/// Keeps `Duration` in the signature of this module's users honest: MQTT carries whole
+/// seconds, rounded up, at least 1 (PROTOCOL.md section 1).
+pub(crate) fn expiry_secs(timeout: Duration) -> u32 {
+    let ms = timeout.as_millis();
+    let secs = ms.div_ceil(1000).max(1);
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_expiry_rounds_up_to_whole_seconds() {
+        assert_eq!(expiry_secs(Duration::ZERO), 1);
+        assert_eq!(expiry_secs(Duration::from_millis(1)), 1);
+        assert_eq!(expiry_secs(Duration::from_millis(300)), 1);
+        assert_eq!(expiry_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(expiry_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(expiry_secs(Duration::from_secs(10)), 10);
+        assert_eq!(expiry_secs(Duration::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn packet_size_bound_is_an_upper_bound() {
+        use rumqttc::v5::mqttbytes::v5::Publish;
+        let request = OutgoingRequest {
+            topic: crate::topics::REQUEST_TOPIC,
+            payload: Bytes::from(vec![7u8; 70_000]),
+            response_topic: crate::topics::response_topic("client"),
+            correlation: Bytes::from_static(&[1; 16]),
+            message_expiry_secs: 10,
+            user_properties: vec![
+                ("__srcId".into(), "client".into()),
+                ("__ts".into(), "x".repeat(30)),
+            ],
+        };
+        let bound = request.packet_size_bound();
+        let mut publish = Publish::new(
+            request.topic,
+            QoS::AtLeastOnce,
+            request.payload.clone(),
+            Some(PublishProperties {
+                payload_format_indicator: Some(0),
+                message_expiry_interval: Some(10),
+                topic_alias: None,
+                response_topic: Some(request.response_topic.clone()),
+                correlation_data: Some(request.correlation.clone()),
+                user_properties: request.user_properties.clone(),
+                subscription_identifiers: Vec::new(),
+                content_type: Some("application/octet-stream".into()),
+            }),
+        );
+        publish.pkid = 1;
+        let exact = publish.size();
+        assert!(bound >= exact, "{bound} < {exact}");
+        assert!(bound - exact <= 8, "{bound} is too loose for {exact}");
+    }
+
+    #[test]
+    fn incoming_property_lookup_takes_the_first() {
+        let m = IncomingMessage {
+            topic: Bytes::new(),
+            payload: Bytes::new(),
+            correlation: None,
+            user_properties: vec![
+                ("x-mqtt-client-id".into(), "b".into()),
+                ("__stat".into(), "200".into()),
+                ("__stat".into(), "500".into()),
+            ],
+        };
+        assert_eq!(m.property("__stat"), Some("200"));
+        assert_eq!(m.property("__ts"), None);
+    }
+}

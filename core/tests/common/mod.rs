@@ -1,0 +1,792 @@
+//! Shared harness of the client's integration tests: a state store on the embedded broker or
+//! on Mosquitto, a TCP proxy that can cut connections, and the scenarios every backend runs.
+
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mqstate::{
+    Client, ConnectOptions, ConnectionState, Error, ErrorKind, KeyNotification, NotifyOperation,
+    ServiceError, SetOptions, VdelOutcome,
+};
+use mqstate_server::testing::{self, Mosquitto};
+use mqstate_server::{LocalServer, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+/// Bound on anything that must happen (generous: slowness is not a failure, a hang is).
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Runs a test body with an overall bound, so a bug shows as a failure rather than a hang.
+pub async fn bounded<F: Future<Output = ()>>(name: &str, f: F) {
+    if tokio::time::timeout(Duration::from_secs(120), f)
+        .await
+        .is_err()
+    {
+        panic!("{name}: did not finish within 120 s");
+    }
+}
+
+/// Which broker the state store runs behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Mosquitto,
+}
+
+/// A running state store.
+pub struct Env {
+    pub backend: Backend,
+    pub server: Option<LocalServer>,
+    pub mosquitto: Option<Mosquitto>,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Env {
+    /// Starts a state store on `backend`; `None` when Mosquitto is missing (and not required).
+    pub async fn start(backend: Backend, test: &str) -> Option<Env> {
+        match backend {
+            Backend::Embedded => {
+                let server = LocalServer::start()
+                    .await
+                    .expect("start the embedded server");
+                Some(Env {
+                    backend,
+                    host: server.host().to_owned(),
+                    port: server.port(),
+                    server: Some(server),
+                    mosquitto: None,
+                })
+            }
+            Backend::Mosquitto => {
+                let mosquitto = testing::mosquitto_or_skip(test)?;
+                let server =
+                    LocalServer::start_with(ServerConfig::external(&mosquitto.url()).unwrap())
+                        .await
+                        .unwrap_or_else(|e| {
+                            panic!("attach to Mosquitto: {e}; {}", mosquitto.log())
+                        });
+                Some(Env {
+                    backend,
+                    host: mosquitto.host().to_owned(),
+                    port: mosquitto.port(),
+                    server: Some(server),
+                    mosquitto: Some(mosquitto),
+                })
+            }
+        }
+    }
+
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions::new(self.host.clone(), self.port)
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.options()).await.expect("connect")
+    }
+
+    /// Stops the state store (and the embedded broker with it); Mosquitto stays up.
+    pub async fn stop_store(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop_store().await;
+        drop(self.mosquitto.take());
+    }
+}
+
+/// Waits for the next item of an observation, with a bound.
+pub async fn next(obs: &mut mqstate::KeyObservation) -> KeyNotification {
+    match tokio::time::timeout(WAIT, obs.recv()).await {
+        Ok(Some(Ok(n))) => n,
+        Ok(Some(Err(e))) => panic!("observation error: {e}"),
+        Ok(None) => panic!("observation ended"),
+        Err(_) => panic!("no notification within {WAIT:?}"),
+    }
+}
+
+/// Asserts that nothing arrives for a short while.
+pub async fn nothing_for(obs: &mut mqstate::KeyObservation, d: Duration) {
+    if let Ok(item) = tokio::time::timeout(d, obs.recv()).await {
+        panic!("expected nothing, got {item:?}");
+    }
+}
+
+/// Waits until `f` holds, polling; panics after [`WAIT`].
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < WAIT, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub async fn wait_state(client: &Client, state: ConnectionState) {
+    let mut rx = client.state_changes();
+    tokio::time::timeout(WAIT, rx.wait_for(|s| *s == state))
+        .await
+        .unwrap_or_else(|_| panic!("state never became {state}"))
+        .unwrap();
+}
+
+/// A unique key per test run, so tests sharing a server never collide.
+pub fn key(name: &str) -> String {
+    format!("{name}-{:08x}", fastrand_u32())
+}
+
+fn fastrand_u32() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios run on every backend
+// ---------------------------------------------------------------------------------------------
+
+/// Every operation and option: SET (plain, NX, NEX, PX), GET hit/miss, DEL, VDEL (all three
+/// outcomes), fencing tokens, service errors, invalid arguments.
+pub async fn all_operations(env: &Env) {
+    let c = env.client().await;
+    let k = key("ops");
+
+    assert!(c.get(&k).await.unwrap().is_none());
+    let s1 = c.set(&k, "v1", SetOptions::default()).await.unwrap();
+    assert!(s1.applied);
+    let got = c.get(&k).await.unwrap().unwrap();
+    assert_eq!(got.value, "v1");
+    assert_eq!(
+        got.version, s1.version,
+        "GET returns the version SET returned"
+    );
+
+    // NX: not applied on an existing key, applied on a new one.
+    let nx = c.set(&k, "v2", SetOptions::default().nx()).await.unwrap();
+    assert!(!nx.applied);
+    assert_eq!(c.get(&k).await.unwrap().unwrap().value, "v1");
+    let k2 = format!("{k}-nx");
+    assert!(
+        c.set(&k2, "a", SetOptions::default().nx())
+            .await
+            .unwrap()
+            .applied
+    );
+
+    // NEX: applied when equal (a renewal, strictly newer version), not when different.
+    let nex = c.set(&k, "v1", SetOptions::default().nex()).await.unwrap();
+    assert!(nex.applied);
+    assert!(nex.version > s1.version);
+    assert!(
+        !c.set(&k, "other", SetOptions::default().nex())
+            .await
+            .unwrap()
+            .applied
+    );
+
+    // VDEL: mismatch, deleted, not found.
+    assert_eq!(
+        c.vdel(&k, "nope", None).await.unwrap(),
+        VdelOutcome::ValueMismatch
+    );
+    assert_eq!(c.vdel(&k, "v1", None).await.unwrap(), VdelOutcome::Deleted);
+    assert_eq!(c.vdel(&k, "v1", None).await.unwrap(), VdelOutcome::NotFound);
+
+    // DEL.
+    assert_eq!(c.del(&k2, None).await.unwrap(), 1);
+    assert_eq!(c.del(&k2, None).await.unwrap(), 0);
+
+    // PX: the key expires.
+    let kx = format!("{k}-px");
+    let px = SetOptions::default().expiry(Duration::from_millis(200));
+    assert!(c.set(&kx, "soon gone", px).await.unwrap().applied);
+    let start = Instant::now();
+    while c.get(&kx).await.unwrap().is_some() {
+        assert!(start.elapsed() < WAIT, "key never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Fencing: a lease's SET returns the token; the protected key then needs it.
+    let lock = format!("{k}-lock");
+    let protected = format!("{k}-protected");
+    let lease = c
+        .set(
+            &lock,
+            "holder-1",
+            SetOptions::default().nex().expiry(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert!(lease.applied);
+    let token = lease.version;
+    let with_token = SetOptions::default().fencing_token(token.clone());
+    assert!(
+        c.set(&protected, "x", with_token.clone())
+            .await
+            .unwrap()
+            .applied
+    );
+    let err = c
+        .set(&protected, "y", SetOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Service);
+    assert_eq!(
+        err.service_error(),
+        Some(&ServiceError::FencingTokenRequired)
+    );
+    let renewed = c
+        .set(
+            &lock,
+            "holder-1",
+            SetOptions::default().nex().expiry(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert!(renewed.version > token);
+    assert!(
+        c.set(
+            &protected,
+            "z",
+            SetOptions::default().fencing_token(renewed.version.clone())
+        )
+        .await
+        .unwrap()
+        .applied
+    );
+    let err = c.set(&protected, "stale", with_token).await.unwrap_err();
+    assert_eq!(
+        err.service_error(),
+        Some(&ServiceError::FencingTokenLowerVersion)
+    );
+    let err = c.del(&protected, None).await.unwrap_err();
+    assert_eq!(
+        err.service_error(),
+        Some(&ServiceError::FencingTokenRequired)
+    );
+    assert_eq!(c.del(&protected, Some(&renewed.version)).await.unwrap(), 1);
+    assert_eq!(
+        c.vdel(&lock, "holder-1", None).await.unwrap(),
+        VdelOutcome::Deleted
+    );
+
+    // Invalid arguments never reach the server.
+    for err in [
+        c.get("").await.unwrap_err(),
+        c.set("", "v", SetOptions::default()).await.unwrap_err(),
+        c.set("k", "v", SetOptions::default().expiry(Duration::ZERO))
+            .await
+            .unwrap_err(),
+        c.del("", None).await.unwrap_err(),
+        c.vdel("", "v", None).await.unwrap_err(),
+        c.observe("").await.unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    }
+    assert_eq!(c.requests_in_flight(), 0);
+    c.close().await;
+    assert_eq!(c.state(), ConnectionState::Closed);
+    let err = c.get("k").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Disconnected);
+}
+
+/// 64 requests in flight at once from one client (more than Mosquitto's receive maximum of
+/// 20: the rest must queue, not stall), each answered with its own value.
+pub async fn concurrent_64(env: &Env) {
+    let c = env.client().await;
+    let k = key("c64");
+    let mut sets = Vec::new();
+    for i in 0..64 {
+        let c = c.clone();
+        let key = format!("{k}-{i}");
+        sets.push(tokio::spawn(async move {
+            c.set(&key, format!("value-{i}"), SetOptions::default())
+                .await
+        }));
+    }
+    for s in sets {
+        assert!(s.await.unwrap().unwrap().applied);
+    }
+    for round in 0..3 {
+        let mut gets = Vec::new();
+        for i in 0..64 {
+            let c = c.clone();
+            let key = format!("{k}-{i}");
+            gets.push(tokio::spawn(async move { (i, c.get(&key).await) }));
+        }
+        for g in gets {
+            let (i, got) = g.await.unwrap();
+            let got = got
+                .unwrap_or_else(|e| panic!("round {round}, get {i}: {e}"))
+                .unwrap();
+            assert_eq!(got.value, format!("value-{i}"));
+        }
+    }
+    assert_eq!(c.requests_in_flight(), 0);
+    c.close().await;
+}
+
+/// Two clients observe one key; a third writes it; both see every change with its version.
+pub async fn two_observers(env: &Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let w = env.client().await;
+    let k = key("obs2");
+    let mut oa = a.observe(&k).await.unwrap();
+    let mut ob = b.observe(&k).await.unwrap();
+    // A second stream on the same client shares one registration.
+    let mut oa2 = a.observe(&k).await.unwrap();
+    assert_eq!(a.observed_keys(), 1);
+
+    let set = w.set(&k, "hello", SetOptions::default()).await.unwrap();
+    for obs in [&mut oa, &mut ob, &mut oa2] {
+        let n = next(obs).await;
+        assert_eq!(n.key, k.as_bytes());
+        assert_eq!(
+            n.operation,
+            NotifyOperation::Set(Bytes::from_static(b"hello"))
+        );
+        assert_eq!(n.version.as_ref(), Some(&set.version));
+        assert!(!n.synthesized);
+    }
+    assert_eq!(w.del(&k, None).await.unwrap(), 1);
+    for obs in [&mut oa, &mut ob, &mut oa2] {
+        assert_eq!(next(obs).await.operation, NotifyOperation::Delete);
+    }
+    // Expiry is a delete too.
+    w.set(
+        &k,
+        "brief",
+        SetOptions::default().expiry(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        next(&mut oa).await.operation,
+        NotifyOperation::Set(_)
+    ));
+    assert_eq!(next(&mut oa).await.operation, NotifyOperation::Delete);
+    for c in [a, b, w] {
+        c.close().await;
+    }
+    // Closing ends the streams.
+    assert!(
+        tokio::time::timeout(WAIT, oa.recv())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// unobserve ends every stream of the key and stops notifications; dropping the last stream
+/// unregisters the key.
+pub async fn unobserve(env: &Env) {
+    let c = env.client().await;
+    let w = env.client().await;
+    let k = key("unobs");
+    let mut o1 = c.observe(&k).await.unwrap();
+    let mut o2 = c.observe(&k).await.unwrap();
+    w.set(&k, "1", SetOptions::default()).await.unwrap();
+    next(&mut o1).await;
+    next(&mut o2).await;
+    c.unobserve(&k).await.unwrap();
+    assert!(
+        tokio::time::timeout(WAIT, o1.recv())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        tokio::time::timeout(WAIT, o2.recv())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(c.observed_keys(), 0);
+    // Unobserving a key that is not observed is fine.
+    c.unobserve(&k).await.unwrap();
+
+    // Observe again, then drop the stream: the registration goes (STOP sent), and a new
+    // observation afterwards works (no STOP overtakes its KEYNOTIFY).
+    let o3 = c.observe(&k).await.unwrap();
+    assert_eq!(c.observed_keys(), 1);
+    drop(o3);
+    eventually("dropping the last stream unregisters the key", || {
+        c.observed_keys() == 0
+    })
+    .await;
+    let mut o4 = c.observe(&k).await.unwrap();
+    let set = w.set(&k, "2", SetOptions::default()).await.unwrap();
+    let n = next(&mut o4).await;
+    assert_eq!(n.version, Some(set.version));
+    nothing_for(&mut o4, Duration::from_millis(200)).await;
+    c.close().await;
+    w.close().await;
+}
+
+/// Binary keys and values with CR LF and NUL, empty values, 64 KiB values.
+pub async fn binary_values(env: &Env) {
+    let c = env.client().await;
+    let w = env.client().await;
+    let k = key("bin");
+    let bin_key = [k.as_bytes(), b"\r\n\x00\xff$3\r\n"].concat();
+    let value: Vec<u8> = b"line1\r\nline2\r\n\x00\x01\xfe\xff*2\r\n$-1\r\n".to_vec();
+    let mut obs = c.observe(&bin_key).await.unwrap();
+    w.set(&bin_key, &value, SetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(c.get(&bin_key).await.unwrap().unwrap().value, value);
+    assert_eq!(next(&mut obs).await.value().unwrap(), &value[..]);
+
+    w.set(&bin_key, b"", SetOptions::default()).await.unwrap();
+    assert_eq!(c.get(&bin_key).await.unwrap().unwrap().value, &b""[..]);
+    assert_eq!(next(&mut obs).await.value().unwrap(), &b""[..]);
+
+    let big: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
+    w.set(&bin_key, &big, SetOptions::default()).await.unwrap();
+    assert_eq!(c.get(&bin_key).await.unwrap().unwrap().value, big);
+    assert_eq!(next(&mut obs).await.value().unwrap(), &big[..]);
+    assert_eq!(
+        c.vdel(&bin_key, &big, None).await.unwrap(),
+        VdelOutcome::Deleted
+    );
+    assert_eq!(next(&mut obs).await.operation, NotifyOperation::Delete);
+    c.close().await;
+    w.close().await;
+}
+
+/// A sub-second timeout against a state store that does not answer: the call fails within
+/// (about) its timeout with a timeout or disconnected error, and nothing hangs.
+pub async fn sub_second_timeout(mut env: Env) {
+    let c = env.client().await;
+    c.set("warm-up", "1", SetOptions::default()).await.unwrap();
+    env.stop_store().await;
+    let fast = c.with_timeout(Duration::from_millis(300));
+    for _ in 0..3 {
+        let start = Instant::now();
+        let err = tokio::time::timeout(WAIT, fast.get("k"))
+            .await
+            .expect("the call hung")
+            .unwrap_err();
+        let elapsed = start.elapsed();
+        assert!(
+            matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Disconnected),
+            "{err}"
+        );
+        if env.backend == Backend::Mosquitto {
+            // The broker is up: the request went out and was not answered.
+            assert!(matches!(err, Error::Timeout(_)), "{err}");
+        }
+        // Not a speed check: only that the call returned, about when it was told to.
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    }
+    // A failed observe leaves nothing registered behind.
+    let err = tokio::time::timeout(WAIT, fast.observe("k"))
+        .await
+        .expect("observe hung")
+        .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Disconnected),
+        "{err}"
+    );
+    assert_eq!(c.observed_keys(), 0);
+    assert_eq!(c.requests_in_flight(), 0);
+    c.close().await;
+    env.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A TCP proxy that can cut every connection (an outage without restarting the broker)
+// ---------------------------------------------------------------------------------------------
+
+pub struct Proxy {
+    pub port: u16,
+    up: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
+        let accept = {
+            let up = up.clone();
+            let conns = conns.clone();
+            tokio::spawn(async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        drop(inbound); // refused while down
+                        continue;
+                    }
+                    let task = tokio::spawn(async move {
+                        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream));
+                        if let Ok(mut outbound) = TcpStream::connect(addr).await {
+                            let _ = inbound.set_nodelay(true);
+                            let _ = outbound.set_nodelay(true);
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    conns.lock().await.push(task);
+                }
+            })
+        };
+        Proxy {
+            port,
+            up,
+            conns,
+            accept,
+        }
+    }
+
+    /// Cuts every connection and refuses new ones until [`Proxy::restore`].
+    pub async fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for task in self.conns.lock().await.drain(..) {
+            task.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        if let Ok(mut conns) = self.conns.try_lock() {
+            for task in conns.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// The outage scenario through a proxy: an observer is cut off while another client writes;
+/// requests made during the outage complete once the connection is back; the observer gets
+/// the change made while it was away.
+pub async fn outage_through_proxy(env: &Env) {
+    let proxy = Proxy::start(env.port).await;
+    let mut opts = ConnectOptions::new("127.0.0.1", proxy.port);
+    opts.reconnect =
+        mqstate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(200));
+    let observer = Client::connect(opts).await.unwrap();
+    let writer = env.client().await;
+    let k = key("outage");
+    writer
+        .set(&k, "before", SetOptions::default())
+        .await
+        .unwrap();
+    let mut obs = observer.observe(&k).await.unwrap();
+
+    proxy.cut().await;
+    wait_state(&observer, ConnectionState::Reconnecting).await;
+    let during = writer
+        .set(&k, "while-away", SetOptions::default())
+        .await
+        .unwrap();
+    // Requests made during the outage wait for the connection, then complete.
+    let pending: Vec<_> = (0..8)
+        .map(|i| {
+            let c = observer.clone();
+            let k = k.clone();
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    c.get(&k).await.map(|_| ())
+                } else {
+                    c.set(format!("{k}-during-{i}"), "x", SetOptions::default())
+                        .await
+                        .map(|_| ())
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.restore();
+    wait_state(&observer, ConnectionState::Connected).await;
+    for p in pending {
+        p.await
+            .unwrap()
+            .expect("a request made during the outage completes after it");
+    }
+    // The change made while away arrives: queued by the broker (session kept) or synthesized
+    // from the catch-up GET. Either way its version is the write's.
+    let n = next(&mut obs).await;
+    assert_eq!(n.value().unwrap(), "while-away");
+    assert_eq!(n.version.as_ref(), Some(&during.version));
+    // And the observation is registered again: later changes arrive normally.
+    let after = writer
+        .set(&k, "after", SetOptions::default())
+        .await
+        .unwrap();
+    loop {
+        let n = next(&mut obs).await;
+        if n.version.as_ref() == Some(&after.version) {
+            assert_eq!(n.value().unwrap(), "after");
+            break;
+        }
+        // A duplicate of "while-away" (delivered both ways) is allowed, nothing else.
+        assert_eq!(n.value().unwrap(), "while-away");
+    }
+    observer.close().await;
+    writer.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS: a CA, a broker certificate, and Mosquitto with a TLS listener
+// ---------------------------------------------------------------------------------------------
+
+pub struct TlsFiles {
+    pub dir: tempfile::TempDir,
+    pub ca: std::path::PathBuf,
+    pub other_ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+/// A self-signed CA and a broker certificate it signs, valid for `names` (DNS names or IPs).
+pub fn make_tls_files(names: &[&str]) -> TlsFiles {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let mut other_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    other_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let other = other_params
+        .self_signed(&KeyPair::generate().unwrap())
+        .unwrap();
+    let write = |name: &str, pem: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    TlsFiles {
+        ca: write("ca.pem", ca_cert.pem()),
+        other_ca: write("other-ca.pem", other.pem()),
+        cert: write("broker.pem", leaf.pem()),
+        key: write("broker.key", leaf_key.serialize_pem()),
+        dir,
+    }
+}
+
+/// Mosquitto with a plain listener (for the state store) and a TLS one (for the client).
+pub struct TlsMosquitto {
+    child: std::process::Child,
+    pub plain_port: u16,
+    pub tls_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl TlsMosquitto {
+    /// `None` (after a printed skip line) when Mosquitto is not installed and not required.
+    pub fn start(files: &TlsFiles, test: &str) -> Option<TlsMosquitto> {
+        let binary = match testing::find_mosquitto() {
+            Ok(b) => b,
+            Err(e) => {
+                assert!(!testing::mosquitto_required(), "{test}: {e}");
+                println!(
+                    "SKIPPED {test}: {e} (set MQSTATE_REQUIRE_MOSQUITTO=1 to make this a failure)"
+                );
+                return None;
+            }
+        };
+        for _ in 0..3 {
+            let plain_port = testing::free_port().unwrap();
+            let tls_port = testing::free_port().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let conf = dir.path().join("mosquitto.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "allow_anonymous true\n\
+                     set_tcp_nodelay true\n\
+                     persistence false\n\
+                     listener {plain_port} 127.0.0.1\n\
+                     listener {tls_port} 127.0.0.1\n\
+                     cafile {}\n\
+                     certfile {}\n\
+                     keyfile {}\n",
+                    files.ca.display(),
+                    files.cert.display(),
+                    files.key.display()
+                ),
+            )
+            .unwrap();
+            let log = std::fs::File::create(dir.path().join("log")).unwrap();
+            let child = std::process::Command::new(&binary)
+                .arg("-c")
+                .arg(&conf)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let mut m = TlsMosquitto {
+                child,
+                plain_port,
+                tls_port,
+                dir,
+            };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = m.child.try_wait() {
+                    break;
+                }
+                let ok = [plain_port, tls_port].iter().all(|p| {
+                    std::net::TcpStream::connect_timeout(
+                        &SocketAddr::from((Ipv4Addr::LOCALHOST, *p)),
+                        Duration::from_millis(200),
+                    )
+                    .is_ok()
+                });
+                if ok {
+                    return Some(m);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            println!("mosquitto did not start: {}", m.log());
+        }
+        panic!("{test}: Mosquitto with a TLS listener did not start");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for TlsMosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
