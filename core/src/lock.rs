@@ -1041,6 +1041,17 @@ pub mod blocking {
             self.inner.is_leader()
         }
 
+        /// The fencing token of the current term while this candidate leads (it grows with
+        /// every renewal), `None` otherwise: the token a leader's protected writes carry.
+        pub fn current_token(&self) -> Option<FencingToken> {
+            self.inner.lease().current_token()
+        }
+
+        /// The async election this wraps (for its lease, or to use it from async code).
+        pub fn as_async(&self) -> &super::LeaderElection {
+            &self.inner
+        }
+
         /// See [`super::LeaderElection::events`].
         pub fn events(&self) -> Result<super::LeadershipEvents, Error> {
             block_on(&self.handle, self.inner.events())?

@@ -1,5 +1,7 @@
 //! Kill and restart the state store (embedded broker and store together, so the broker's
-//! sessions are lost) while a client observes a key and another writes it: the observer gets
+//! sessions are lost) while a client observes a key and another writes it (the observer's
+//! connection goes through a proxy held cut for the outage, so the write always lands while
+//! it is away): the observer gets
 //! the change made while it was away, synthesized from the catch-up GET; requests in flight
 //! or sent during the outage complete after the reconnect or fail with a clear error.
 
@@ -14,7 +16,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{WAIT, bounded, key, next, wait_state};
+use common::{Proxy, WAIT, bounded, key, next, wait_state};
 use mqstate::{
     Client, ConnectOptions, ConnectionState, ErrorKind, NotifyOperation, ReconnectPolicy,
     SetOptions,
@@ -39,13 +41,14 @@ async fn kill_and_restart_while_observing() {
     bounded("kill_and_restart_while_observing", async {
         let server = LocalServer::start().await.unwrap();
         let port = server.port();
-        // The observer waits at least a second before reconnecting, so that the writer's
-        // change lands while it is away (that is what the catch-up must find).
-        let slow = ConnectOptions::new("127.0.0.1", port).with_reconnect(ReconnectPolicy::new(
-            Duration::from_secs(2),
-            Duration::from_secs(2),
-        ));
-        let observer = Client::connect(slow).await.unwrap();
+        // The observer reaches the server through a proxy that is cut for the whole outage,
+        // so that the writer's change lands while it is away (that is what the catch-up must
+        // find) however long the restart takes.
+        let proxy = Proxy::start(port).await;
+        let fast = ConnectOptions::new("127.0.0.1", proxy.port).with_reconnect(
+            ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(200)),
+        );
+        let observer = Client::connect(fast).await.unwrap();
         let k = key("restart");
         let deleted = key("restart-deleted");
         observer.set(&k, "v1", SetOptions::default()).await.unwrap();
@@ -73,6 +76,7 @@ async fn kill_and_restart_while_observing() {
                 })
             })
             .collect();
+        proxy.cut().await;
         server.shutdown().await;
         wait_state(&observer, ConnectionState::Reconnecting).await;
         for r in in_flight {
@@ -101,6 +105,7 @@ async fn kill_and_restart_while_observing() {
             .set(&k, "v2-while-away", SetOptions::default())
             .await
             .unwrap();
+        proxy.restore();
 
         wait_state(&observer, ConnectionState::Connected).await;
         assert!(states.has_changed().unwrap());
