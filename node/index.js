@@ -1,0 +1,602 @@
+"use strict";
+/**
+ * mqstate: a client for the MQTT5 state store protocol (Azure IoT Operations).
+ *
+ * A thin TypeScript layer over the native module (`binding.js`, built from the Rust crate in
+ * `src/`): it adds the JavaScript idioms (options objects, `AbortSignal`, async iterators)
+ * and nothing of the protocol. Errors are built by the native module, in one place.
+ *
+ * ```ts
+ * import { Client } from 'mqstate';
+ *
+ * const client = await Client.connect('mqtt://127.0.0.1:1883');
+ * await client.set('door', 'open');
+ * const door = await client.get('door'); // { value: Buffer, version: Hlc } | null
+ * for await (const change of client.observe('door')) {
+ *   console.log(change.operation, change.value?.toString());
+ *   break; // unobserves
+ * }
+ * await client.close();
+ * ```
+ */
+var __createBinding = (this && this.__createBinding) || (Object.create ? (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    var desc = Object.getOwnPropertyDescriptor(m, k);
+    if (!desc || ("get" in desc ? !m.__esModule : desc.writable || desc.configurable)) {
+      desc = { enumerable: true, get: function() { return m[k]; } };
+    }
+    Object.defineProperty(o, k2, desc);
+}) : (function(o, m, k, k2) {
+    if (k2 === undefined) k2 = k;
+    o[k2] = m[k];
+}));
+var __setModuleDefault = (this && this.__setModuleDefault) || (Object.create ? (function(o, v) {
+    Object.defineProperty(o, "default", { enumerable: true, value: v });
+}) : function(o, v) {
+    o["default"] = v;
+});
+var __importStar = (this && this.__importStar) || (function () {
+    var ownKeys = function(o) {
+        ownKeys = Object.getOwnPropertyNames || function (o) {
+            var ar = [];
+            for (var k in o) if (Object.prototype.hasOwnProperty.call(o, k)) ar[ar.length] = k;
+            return ar;
+        };
+        return ownKeys(o);
+    };
+    return function (mod) {
+        if (mod && mod.__esModule) return mod;
+        var result = {};
+        if (mod != null) for (var k = ownKeys(mod), i = 0; i < k.length; i++) if (k[i] !== "default") __createBinding(result, mod, k[i]);
+        __setModuleDefault(result, mod);
+        return result;
+    };
+})();
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = void 0;
+exports.isMqstateError = isMqstateError;
+exports.benchRustGet = benchRustGet;
+const native = __importStar(require("./binding"));
+const binding_1 = require("./binding");
+var binding_2 = require("./binding");
+Object.defineProperty(exports, "Hlc", { enumerable: true, get: function () { return binding_2.Hlc; } });
+Object.defineProperty(exports, "LocalServer", { enumerable: true, get: function () { return binding_2.LocalServer; } });
+/** True for the errors of this package (an `Error` with one of the {@link ErrorCode}s). */
+function isMqstateError(e) {
+    if (!(e instanceof Error))
+        return false;
+    const code = e.code;
+    return typeof code === 'string' && CODES.has(code);
+}
+const CODES = new Set([
+    'ERR_INVALID_ARGUMENT',
+    'ERR_TIMEOUT',
+    'ERR_DISCONNECTED',
+    'ERR_SERVICE',
+    'ERR_UNEXPECTED_PAYLOAD',
+    'ERR_CLOCK_DRIFT',
+    'ERR_CONNECTION',
+    'ERR_LAGGED',
+    'ABORT_ERR',
+]);
+function invalid(message) {
+    return native.invalidArgumentError(message);
+}
+function checkBytes(name, v) {
+    if (typeof v !== 'string' && !(v instanceof Uint8Array)) {
+        throw invalid(`${name} must be a string, a Buffer or a Uint8Array, got ${describe(v)}`);
+    }
+}
+function describe(v) {
+    return v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v;
+}
+function token(t) {
+    if (t === undefined || t instanceof binding_1.Hlc)
+        return t;
+    if (typeof t === 'string')
+        return binding_1.Hlc.parse(t);
+    throw invalid(`fencingToken must be an Hlc or its string form, got ${describe(t)}`);
+}
+function abortError(signal) {
+    const e = new Error('The operation was aborted', { cause: signal.reason });
+    e.name = 'AbortError';
+    e.code = 'ABORT_ERR';
+    return e;
+}
+/**
+ * Runs a native call with an optional `AbortSignal`: on abort the returned promise rejects
+ * at once with an `AbortError` and the native call is cancelled (its request withdrawn).
+ */
+function withSignal(signal, start) {
+    if (signal === undefined)
+        return start(undefined);
+    if (signal.aborted)
+        return Promise.reject(abortError(signal));
+    const cancel = new native.CancelToken();
+    return new Promise((resolve, reject) => {
+        const onAbort = () => {
+            cancel.cancel();
+            reject(abortError(signal));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        start(cancel).then((v) => {
+            signal.removeEventListener('abort', onAbort);
+            resolve(v);
+        }, (e) => {
+            signal.removeEventListener('abort', onAbort);
+            reject(e);
+        });
+    });
+}
+/** Runs `f`, turning a synchronous throw (a bad argument) into a rejected promise. */
+function guarded(f) {
+    try {
+        return f();
+    }
+    catch (e) {
+        return Promise.reject(e);
+    }
+}
+/** The native client of a {@link Client} (for the lease, lock and election classes). */
+let nativeOf;
+function nativeClient(c) {
+    if (!(c instanceof Client))
+        throw invalid(`client must be a Client, got ${describe(c)}`);
+    return nativeOf(c);
+}
+/**
+ * A state store client: one MQTT5 connection, any number of concurrent calls (they are
+ * pipelined). Every method returns a Promise. Keys and values are strings, Buffers or
+ * Uint8Arrays; values come back as Buffers.
+ */
+class Client {
+    #native;
+    static {
+        nativeOf = (c) => c.#native;
+    }
+    constructor(n) {
+        this.#native = n;
+    }
+    /**
+     * Connects to a broker: `Client.connect('mqtt://host:port')`, or with options
+     * (`{ host, port, clientId, tls, timeoutMs, ... }`, or `{ url, ...overrides }`). Resolves
+     * once connected and subscribed.
+     */
+    static connect(options = {}) {
+        return guarded(() => {
+            const o = typeof options === 'string' ? { url: options } : options;
+            if (o === null || typeof o !== 'object') {
+                throw invalid(`options must be a URL string or an object, got ${describe(o)}`);
+            }
+            return native.NativeClient.connect(o).then((n) => new Client(n));
+        });
+    }
+    /**
+     * Connects with the Azure IoT Operations environment variables (`AIO_BROKER_HOSTNAME`,
+     * `AIO_BROKER_TCP_PORT`, `AIO_MQTT_USE_TLS`, `AIO_TLS_CA_FILE`, `AIO_SAT_FILE`,
+     * `AIO_MQTT_CLIENT_ID`, ...), read from `env` (default `process.env`).
+     */
+    static fromEnv(env = process.env) {
+        return guarded(() => {
+            const vars = {};
+            for (const [k, v] of Object.entries(env)) {
+                if (k.startsWith('AIO_') && typeof v === 'string')
+                    vars[k] = v;
+            }
+            return native.NativeClient.fromEnv(vars).then((n) => new Client(n));
+        });
+    }
+    /** The MQTT client id (generated when none was given). */
+    get clientId() {
+        return this.#native.clientId;
+    }
+    /** The connection's state now. */
+    get state() {
+        return this.#native.state;
+    }
+    /** `GET`: the value and its version, or `null` when there is no such key. */
+    get(key, options) {
+        return guarded(() => {
+            checkBytes('key', key);
+            if (options === undefined)
+                return this.#native.get(key);
+            return withSignal(options.signal, (c) => this.#native.get(key, options.timeoutMs, c));
+        });
+    }
+    /**
+     * `SET`: writes the value. With `nx` / `nex`, `applied` says whether the condition held;
+     * `expiryMs` makes the key expire; `fencingToken` writes a key protected by a lock.
+     */
+    set(key, value, options) {
+        return guarded(() => {
+            checkBytes('key', key);
+            checkBytes('value', value);
+            if (options === undefined)
+                return this.#native.set(key, value);
+            const o = options;
+            const ft = token(o.fencingToken);
+            return withSignal(o.signal, (c) => this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c));
+        });
+    }
+    /** `DEL`: the number of keys deleted (0 or 1). */
+    del(key, options) {
+        return guarded(() => {
+            checkBytes('key', key);
+            if (options === undefined)
+                return this.#native.del(key);
+            const o = options;
+            const ft = token(o.fencingToken);
+            return withSignal(o.signal, (c) => this.#native.del(key, ft, o.timeoutMs, c));
+        });
+    }
+    /** `VDEL`: deletes the key only if it holds `value`. */
+    vdel(key, value, options) {
+        return guarded(() => {
+            checkBytes('key', key);
+            checkBytes('value', value);
+            const o = options ?? {};
+            const ft = token(o.fencingToken);
+            return withSignal(o.signal, (c) => this.#native.vdel(key, value, ft, o.timeoutMs, c));
+        });
+    }
+    /**
+     * Observes a key: an async iterator of its changes, registered with the server at once
+     * (`await observation.ready` to know it is). `break` out of `for await` (or `close()`) to
+     * stop observing. `signal` ends the iteration with an `AbortError`.
+     */
+    observe(key, options = {}) {
+        let start;
+        try {
+            checkBytes('key', key);
+            start = withSignal(options.signal, (c) => this.#native.observe(key, options.timeoutMs, c));
+        }
+        catch (e) {
+            start = Promise.reject(e);
+        }
+        return new Observation(start, options.signal);
+    }
+    /** Stops observing a key: every observation of it on this client ends. */
+    unobserve(key, options = {}) {
+        return guarded(() => {
+            checkBytes('key', key);
+            return withSignal(options.signal, (c) => this.#native.unobserve(key, options.timeoutMs, c));
+        });
+    }
+    /**
+     * Closes the connection and waits for it: pending calls reject with `ERR_DISCONNECTED`,
+     * observations end, later calls fail. Idempotent. Node can exit afterwards.
+     */
+    close() {
+        return this.#native.close();
+    }
+    /** Requests waiting for a response (diagnostics). */
+    get requestsInFlight() {
+        return this.#native.requestsInFlight;
+    }
+    /** Keys registered for notifications on this client (diagnostics). */
+    get observedKeys() {
+        return this.#native.observedKeys;
+    }
+}
+exports.Client = Client;
+const DONE = Object.freeze({ done: true, value: undefined });
+/**
+ * A stream of events as an async iterator (`for await (const e of stream)`). Iterate it
+ * once. It ends when closed (`break`, `return()`, `close()`, the `signal` given when it was
+ * made: then with an `AbortError`), when the client closes, or when its source ends. An error
+ * ends it too, after being thrown.
+ *
+ * Nothing is pushed to JavaScript: an event waits in the native module until `next()` asks
+ * for it, so a stream nobody reads keeps no handle on Node's event loop.
+ */
+class EventStream {
+    #start;
+    #native;
+    #closed = false;
+    #signal;
+    /** @internal */
+    constructor(start, signal) {
+        this.#start = start;
+        this.#signal = signal;
+        start.then((n) => {
+            if (this.#closed)
+                n.close();
+            else
+                this.#native = n;
+        }, () => {
+            // Reported by the first `next()` (and by `ready`).
+        });
+        signal?.addEventListener('abort', () => this.close(), { once: true });
+    }
+    /** Resolves once the stream is set up (for an observation: the server registered the
+     * key); rejects if it could not be. */
+    get ready() {
+        return this.#start.then(() => undefined);
+    }
+    async next() {
+        if (this.#closed)
+            return this.#end();
+        let n;
+        try {
+            n = await this.#start;
+        }
+        catch (e) {
+            // The set-up failed: thrown once, then the stream is done.
+            this.#closed = true;
+            throw e;
+        }
+        if (this.#closed)
+            return this.#end();
+        let item;
+        try {
+            item = await n.next();
+        }
+        catch (e) {
+            this.close();
+            throw e;
+        }
+        if (item === null) {
+            this.close();
+            return this.#end();
+        }
+        return { done: false, value: item };
+    }
+    #end() {
+        if (this.#signal?.aborted)
+            throw abortError(this.#signal);
+        return DONE;
+    }
+    /** Called by `break` in `for await`: closes the stream. */
+    async return() {
+        this.close();
+        return DONE;
+    }
+    /** Closes the stream now (a pending `next()` resolves as done). Idempotent. */
+    close() {
+        this.#closed = true;
+        this.#native?.close();
+    }
+    [Symbol.asyncIterator]() {
+        return this;
+    }
+}
+exports.EventStream = EventStream;
+/**
+ * The changes of one key ({@link Client.observe}). `break` (or `close()`) unobserves the key
+ * (when no other observation of it is open). An `ERR_LAGGED` error means notifications were
+ * dropped because they were not read fast enough: `get` the key and observe it again.
+ */
+class Observation extends EventStream {
+}
+exports.Observation = Observation;
+function checkMs(name, v) {
+    if (typeof v !== 'number')
+        throw invalid(`${name} must be a number of milliseconds, got ${describe(v)}`);
+}
+function sessionOf(options) {
+    const session = options?.sessionId;
+    if (session !== undefined)
+        checkBytes('sessionId', session);
+    return session;
+}
+/**
+ * A lease on a key: at most one holder at a time, for a ttl the holder renews. The fencing
+ * token (an {@link Hlc}) of each acquire or renewal protects writes (`fencingToken` of
+ * `set` / `del` / `vdel`): the server refuses a write with an older token.
+ */
+class Lease {
+    #native;
+    /** A lease on key `name`, held as `holder`. Nothing is sent until `acquire`. */
+    constructor(client, name, holder, options) {
+        const c = nativeClient(client);
+        checkBytes('name', name);
+        checkBytes('holder', holder);
+        this.#native = new native.NativeLease(c, name, holder, sessionOf(options));
+    }
+    /** The lease's key. */
+    get name() {
+        return this.#native.name;
+    }
+    /** The value written while holding the lease (`holder`, or `holder:sessionId`). */
+    get holderValue() {
+        return this.#native.holderValue;
+    }
+    /** The token of the last acquire or renewal while the lease is believed held, or null. */
+    get currentToken() {
+        return this.#native.currentToken;
+    }
+    /** Tries once: the fencing token when held (acquiring a held lease renews it), or null
+     * when someone else holds it. */
+    acquire(ttlMs, options = {}) {
+        return guarded(() => {
+            checkMs('ttlMs', ttlMs);
+            return withSignal(options.signal, (c) => this.#native.acquire(ttlMs, c));
+        });
+    }
+    /** Acquires, waiting up to `timeoutMs` for the holder to release it or for its lease to
+     * expire (woken by the release's notification, no polling); `ERR_TIMEOUT` otherwise. */
+    acquireWait(ttlMs, timeoutMs, options = {}) {
+        return guarded(() => {
+            checkMs('ttlMs', ttlMs);
+            checkMs('timeoutMs', timeoutMs);
+            return withSignal(options.signal, (c) => this.#native.acquireWait(ttlMs, timeoutMs, c));
+        });
+    }
+    /** Renews with the last ttl: the new (greater) token, or null if the lease was lost. */
+    renew(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.renew(c));
+    }
+    /** Renews in the background every `fraction` x ttl (default 0.5) until a renewal fails
+     * (a `lost` event), `stopRenewal()` or `release()`. Needs an acquired lease. Keeps no
+     * handle on Node's event loop. */
+    autoRenew(fraction) {
+        this.#native.autoRenew(fraction);
+    }
+    /** Stops the automatic renewal (the lease stays held until its ttl passes). */
+    stopRenewal() {
+        this.#native.stopRenewal();
+    }
+    /** Gives the lease up: true if this holder held it. */
+    release(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.release(c));
+    }
+    /** Who holds the lease now, or null. */
+    holder(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.holder(c));
+    }
+    /** The lease's events from now on, as an async iterator. */
+    events() {
+        return new EventStream(Promise.resolve(this.#native.events()));
+    }
+}
+exports.Lease = Lease;
+/**
+ * A held {@link Lock}: `token` fences the writes it protects. `unlock()` releases it; a
+ * guard that is dropped instead lets the lock expire after its ttl.
+ */
+class LockGuard {
+    #native;
+    /** The fencing token to pass with every write the lock protects. */
+    token;
+    /** @internal */
+    constructor(n) {
+        this.#native = n;
+        this.token = n.token;
+    }
+    /** Releases the lock: true if it was still held by us (false on a second call). */
+    unlock() {
+        return this.#native.unlock();
+    }
+}
+exports.LockGuard = LockGuard;
+/**
+ * A lock: a lease used as a mutex. Mutual exclusion is between holders: give every
+ * concurrent user its own holder (or `sessionId`).
+ */
+class Lock {
+    #native;
+    #client;
+    /** The lock `name`, taken as `holder`. */
+    constructor(client, name, holder, options) {
+        const c = nativeClient(client);
+        checkBytes('name', name);
+        checkBytes('holder', holder);
+        this.#native = new native.NativeLock(c, name, holder, sessionOf(options));
+        this.#client = client;
+    }
+    /** The lock's key. */
+    get name() {
+        return this.#native.name;
+    }
+    /** The value written while holding the lock. */
+    get holderValue() {
+        return this.#native.holderValue;
+    }
+    /** Takes the lock for `ttlMs`, waiting up to `timeoutMs` for it (`ERR_TIMEOUT` then). */
+    lock(ttlMs, timeoutMs, options = {}) {
+        return guarded(() => {
+            checkMs('ttlMs', ttlMs);
+            checkMs('timeoutMs', timeoutMs);
+            return withSignal(options.signal, (c) => this.#native.lock(ttlMs, timeoutMs, c)).then((g) => new LockGuard(g));
+        });
+    }
+    /** Who holds the lock now, or null. */
+    holder(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.holder(c));
+    }
+    /**
+     * Runs `f(token)` under the lock and unlocks afterwards (also when `f` throws). Resolves
+     * with what `f` resolved with.
+     */
+    async withLock(ttlMs, timeoutMs, f, options = {}) {
+        const guard = await this.lock(ttlMs, timeoutMs, options);
+        try {
+            return await f(guard.token);
+        }
+        finally {
+            await guard.unlock();
+        }
+    }
+    /**
+     * A fenced read-modify-write under the lock: gets `key`, calls `f` with its value (or
+     * null), then sets the value `f` returned (or deletes the key for `null`) with the lock's
+     * fencing token, and unlocks. Resolves with the new value.
+     */
+    edit(key, ttlMs, timeoutMs, f) {
+        const client = this.#client;
+        return this.withLock(ttlMs, timeoutMs, async (token) => {
+            const old = await client.get(key);
+            const value = await f(old === null ? null : old.value);
+            if (value === null) {
+                await client.del(key, { fencingToken: token });
+                return null;
+            }
+            checkBytes('the value returned by f', value);
+            await client.set(key, value, { fencingToken: token });
+            return Buffer.from(value);
+        });
+    }
+}
+exports.Lock = Lock;
+/**
+ * A candidate in a leader election: the leader holds the election's key (a lease) and
+ * renews it automatically; the others wait for it.
+ */
+class LeaderElection {
+    #native;
+    /** Candidate `candidate` in the election whose key is `election`. */
+    constructor(client, election, candidate, options = {}) {
+        const c = nativeClient(client);
+        checkBytes('election', election);
+        checkBytes('candidate', candidate);
+        this.#native = new native.NativeLeaderElection(c, election, candidate, options.renewFraction);
+    }
+    /** Campaigns until elected (resolves with the fencing token) or `timeoutMs` passes
+     * (`ERR_TIMEOUT`). The term is then renewed automatically until `resign()` or a loss. */
+    campaign(termMs, timeoutMs, options = {}) {
+        return guarded(() => {
+            checkMs('termMs', termMs);
+            checkMs('timeoutMs', timeoutMs);
+            return withSignal(options.signal, (c) => this.#native.campaign(termMs, timeoutMs, c));
+        });
+    }
+    /** Tries once: the fencing token if elected, else null. */
+    tryCampaign(termMs, options = {}) {
+        return guarded(() => {
+            checkMs('termMs', termMs);
+            return withSignal(options.signal, (c) => this.#native.tryCampaign(termMs, c));
+        });
+    }
+    /** Steps down if leading: true if this candidate held the election key. */
+    resign(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.resign(c));
+    }
+    /** The current leader, or null. */
+    leader(options = {}) {
+        return withSignal(options.signal, (c) => this.#native.leader(c));
+    }
+    /** True while this candidate believes it leads. */
+    get isLeader() {
+        return this.#native.isLeader;
+    }
+    /** The fencing token of the current term, while leading. */
+    get currentToken() {
+        return this.#native.currentToken;
+    }
+    /** The leadership changes from now on (`await events.ready` to know the election key is
+     * observed). */
+    events() {
+        return new EventStream(this.#native.events());
+    }
+}
+exports.LeaderElection = LeaderElection;
+/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
+function benchRustGet(url, n, depth) {
+    return native.benchRustGet(url, n, depth);
+}
+// `console.log(version)` shows the wire form.
+Object.defineProperty(binding_1.Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+    value() {
+        return `Hlc(${this.toString()})`;
+    },
+});

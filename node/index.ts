@@ -1,0 +1,766 @@
+/**
+ * mqstate: a client for the MQTT5 state store protocol (Azure IoT Operations).
+ *
+ * A thin TypeScript layer over the native module (`binding.js`, built from the Rust crate in
+ * `src/`): it adds the JavaScript idioms (options objects, `AbortSignal`, async iterators)
+ * and nothing of the protocol. Errors are built by the native module, in one place.
+ *
+ * ```ts
+ * import { Client } from 'mqstate';
+ *
+ * const client = await Client.connect('mqtt://127.0.0.1:1883');
+ * await client.set('door', 'open');
+ * const door = await client.get('door'); // { value: Buffer, version: Hlc } | null
+ * for await (const change of client.observe('door')) {
+ *   console.log(change.operation, change.value?.toString());
+ *   break; // unobserves
+ * }
+ * await client.close();
+ * ```
+ */
+
+import * as native from './binding';
+import { Hlc } from './binding';
+
+export { Hlc, LocalServer } from './binding';
+export type {
+  ClientOptions,
+  LocalServerOptions,
+  ReconnectConfig,
+  SetResult,
+  TlsConfig,
+  Versioned,
+} from './binding';
+
+/** A key or a value: a string (sent as UTF-8), a `Buffer` or any `Uint8Array`. */
+export type Bytes = string | Uint8Array;
+
+/** The connection's state. */
+export type ConnectionState = 'connecting' | 'connected' | 'reconnecting' | 'closed';
+
+/** What `vdel` did. */
+export type VdelOutcome = 'deleted' | 'notFound' | 'valueMismatch';
+
+/** The `code` of every error this package rejects or throws with. */
+export type ErrorCode =
+  | 'ERR_INVALID_ARGUMENT'
+  | 'ERR_TIMEOUT'
+  | 'ERR_DISCONNECTED'
+  | 'ERR_SERVICE'
+  | 'ERR_UNEXPECTED_PAYLOAD'
+  | 'ERR_CLOCK_DRIFT'
+  | 'ERR_CONNECTION'
+  | 'ERR_LAGGED'
+  | 'ABORT_ERR';
+
+/**
+ * An error from this package: an `Error` with a stable `code`. Service errors (`ERR_SERVICE`:
+ * the state store answered `-ERR ...`) also have `serviceKind` (`quota_exceeded`,
+ * `fencing_token_required`, `fencing_token_lower_version`, ..., or `unknown`) and
+ * `serviceText` (the server's text). A cancelled call is an `AbortError` (`ABORT_ERR`) whose
+ * `cause` is the signal's reason.
+ */
+export interface MqstateError extends Error {
+  code: ErrorCode;
+  serviceKind?: string;
+  serviceText?: string;
+  /** For `Hlc.parse`: the stable code of what was wrong (`too_few_parts`, `invalid_ms`...). */
+  reason?: string;
+}
+
+/** True for the errors of this package (an `Error` with one of the {@link ErrorCode}s). */
+export function isMqstateError(e: unknown): e is MqstateError {
+  if (!(e instanceof Error)) return false;
+  const code: unknown = (e as { code?: unknown }).code;
+  return typeof code === 'string' && CODES.has(code);
+}
+
+const CODES = new Set<string>([
+  'ERR_INVALID_ARGUMENT',
+  'ERR_TIMEOUT',
+  'ERR_DISCONNECTED',
+  'ERR_SERVICE',
+  'ERR_UNEXPECTED_PAYLOAD',
+  'ERR_CLOCK_DRIFT',
+  'ERR_CONNECTION',
+  'ERR_LAGGED',
+  'ABORT_ERR',
+]);
+
+/** Options every call accepts. */
+export interface CallOptions {
+  /** Cancels the call: it rejects with an `AbortError` and the request is withdrawn. */
+  signal?: AbortSignal;
+  /** This call's timeout in ms (default, or 0: the client's `timeoutMs`, 10 s). It covers
+   * the whole call: waiting for a connection (`ERR_DISCONNECTED` when none came) and for the
+   * answer (`ERR_TIMEOUT`). */
+  timeoutMs?: number;
+}
+
+/** Options of {@link Client.set}. */
+export interface SetOptions extends CallOptions {
+  /** Write only if the key does not exist (`NX`). */
+  nx?: boolean;
+  /** Write only if the key does not exist or already holds this value (`NEX`). */
+  nex?: boolean;
+  /** Expire the key after this many milliseconds (`PX`). */
+  expiryMs?: number;
+  /** The fencing token of the lock that protects the key (`__ft`). */
+  fencingToken?: Hlc | string;
+}
+
+/** Options of {@link Client.del} and {@link Client.vdel}. */
+export interface DelOptions extends CallOptions {
+  /** The fencing token of the lock that protects the key (`__ft`). */
+  fencingToken?: Hlc | string;
+}
+
+/** A change of an observed key. */
+export interface Notification {
+  /** The key. */
+  key: Buffer;
+  /** `set`, or `delete` (a DEL, a VDEL or an expiry). */
+  operation: 'set' | 'delete';
+  /** The new value, for `set`. */
+  value?: Buffer;
+  /** The key's new version (absent only for a delete made up after a reconnect). */
+  version?: Hlc;
+  /** True when the client made this up after a reconnect: the key changed while away. */
+  synthesized: boolean;
+}
+
+function invalid(message: string): Error {
+  return native.invalidArgumentError(message);
+}
+
+function checkBytes(name: string, v: unknown): void {
+  if (typeof v !== 'string' && !(v instanceof Uint8Array)) {
+    throw invalid(`${name} must be a string, a Buffer or a Uint8Array, got ${describe(v)}`);
+  }
+}
+
+function describe(v: unknown): string {
+  return v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v;
+}
+
+function token(t: Hlc | string | undefined): Hlc | undefined {
+  if (t === undefined || t instanceof Hlc) return t;
+  if (typeof t === 'string') return Hlc.parse(t);
+  throw invalid(`fencingToken must be an Hlc or its string form, got ${describe(t)}`);
+}
+
+function abortError(signal: AbortSignal): Error {
+  const e = new Error('The operation was aborted', { cause: signal.reason });
+  e.name = 'AbortError';
+  (e as { code?: string }).code = 'ABORT_ERR';
+  return e;
+}
+
+/**
+ * Runs a native call with an optional `AbortSignal`: on abort the returned promise rejects
+ * at once with an `AbortError` and the native call is cancelled (its request withdrawn).
+ */
+function withSignal<T>(
+  signal: AbortSignal | undefined,
+  start: (cancel: native.CancelToken | undefined) => Promise<T>,
+): Promise<T> {
+  if (signal === undefined) return start(undefined);
+  if (signal.aborted) return Promise.reject(abortError(signal));
+  const cancel = new native.CancelToken();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => {
+      cancel.cancel();
+      reject(abortError(signal));
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    start(cancel).then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+/** Runs `f`, turning a synchronous throw (a bad argument) into a rejected promise. */
+function guarded<T>(f: () => Promise<T>): Promise<T> {
+  try {
+    return f();
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
+/** The native client of a {@link Client} (for the lease, lock and election classes). */
+let nativeOf: (c: Client) => native.NativeClient;
+
+function nativeClient(c: unknown): native.NativeClient {
+  if (!(c instanceof Client)) throw invalid(`client must be a Client, got ${describe(c)}`);
+  return nativeOf(c);
+}
+
+/**
+ * A state store client: one MQTT5 connection, any number of concurrent calls (they are
+ * pipelined). Every method returns a Promise. Keys and values are strings, Buffers or
+ * Uint8Arrays; values come back as Buffers.
+ */
+export class Client {
+  readonly #native: native.NativeClient;
+
+  static {
+    nativeOf = (c) => c.#native;
+  }
+
+  private constructor(n: native.NativeClient) {
+    this.#native = n;
+  }
+
+  /**
+   * Connects to a broker: `Client.connect('mqtt://host:port')`, or with options
+   * (`{ host, port, clientId, tls, timeoutMs, ... }`, or `{ url, ...overrides }`). Resolves
+   * once connected and subscribed.
+   */
+  static connect(options: native.ClientOptions | string = {}): Promise<Client> {
+    return guarded(() => {
+      const o = typeof options === 'string' ? { url: options } : options;
+      if (o === null || typeof o !== 'object') {
+        throw invalid(`options must be a URL string or an object, got ${describe(o)}`);
+      }
+      return native.NativeClient.connect(o).then((n) => new Client(n));
+    });
+  }
+
+  /**
+   * Connects with the Azure IoT Operations environment variables (`AIO_BROKER_HOSTNAME`,
+   * `AIO_BROKER_TCP_PORT`, `AIO_MQTT_USE_TLS`, `AIO_TLS_CA_FILE`, `AIO_SAT_FILE`,
+   * `AIO_MQTT_CLIENT_ID`, ...), read from `env` (default `process.env`).
+   */
+  static fromEnv(env: Record<string, string | undefined> = process.env): Promise<Client> {
+    return guarded(() => {
+      const vars: Record<string, string> = {};
+      for (const [k, v] of Object.entries(env)) {
+        if (k.startsWith('AIO_') && typeof v === 'string') vars[k] = v;
+      }
+      return native.NativeClient.fromEnv(vars).then((n) => new Client(n));
+    });
+  }
+
+  /** The MQTT client id (generated when none was given). */
+  get clientId(): string {
+    return this.#native.clientId;
+  }
+
+  /** The connection's state now. */
+  get state(): ConnectionState {
+    return this.#native.state as ConnectionState;
+  }
+
+  /** `GET`: the value and its version, or `null` when there is no such key. */
+  get(key: Bytes, options?: CallOptions): Promise<native.Versioned | null> {
+    return guarded(() => {
+      checkBytes('key', key);
+      if (options === undefined) return this.#native.get(key);
+      return withSignal(options.signal, (c) => this.#native.get(key, options.timeoutMs, c));
+    });
+  }
+
+  /**
+   * `SET`: writes the value. With `nx` / `nex`, `applied` says whether the condition held;
+   * `expiryMs` makes the key expire; `fencingToken` writes a key protected by a lock.
+   */
+  set(key: Bytes, value: Bytes, options?: SetOptions): Promise<native.SetResult> {
+    return guarded(() => {
+      checkBytes('key', key);
+      checkBytes('value', value);
+      if (options === undefined) return this.#native.set(key, value);
+      const o = options;
+      const ft = token(o.fencingToken);
+      return withSignal(o.signal, (c) =>
+        this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c),
+      );
+    });
+  }
+
+  /** `DEL`: the number of keys deleted (0 or 1). */
+  del(key: Bytes, options?: DelOptions): Promise<number> {
+    return guarded(() => {
+      checkBytes('key', key);
+      if (options === undefined) return this.#native.del(key);
+      const o = options;
+      const ft = token(o.fencingToken);
+      return withSignal(o.signal, (c) => this.#native.del(key, ft, o.timeoutMs, c));
+    });
+  }
+
+  /** `VDEL`: deletes the key only if it holds `value`. */
+  vdel(key: Bytes, value: Bytes, options?: DelOptions): Promise<VdelOutcome> {
+    return guarded(() => {
+      checkBytes('key', key);
+      checkBytes('value', value);
+      const o = options ?? {};
+      const ft = token(o.fencingToken);
+      return withSignal(o.signal, (c) =>
+        this.#native.vdel(key, value, ft, o.timeoutMs, c),
+      ) as Promise<VdelOutcome>;
+    });
+  }
+
+  /**
+   * Observes a key: an async iterator of its changes, registered with the server at once
+   * (`await observation.ready` to know it is). `break` out of `for await` (or `close()`) to
+   * stop observing. `signal` ends the iteration with an `AbortError`.
+   */
+  observe(key: Bytes, options: CallOptions = {}): Observation {
+    let start: Promise<native.NativeObservation>;
+    try {
+      checkBytes('key', key);
+      start = withSignal(options.signal, (c) => this.#native.observe(key, options.timeoutMs, c));
+    } catch (e) {
+      start = Promise.reject(e);
+    }
+    return new Observation(start as Promise<NativeStream<Notification>>, options.signal);
+  }
+
+  /** Stops observing a key: every observation of it on this client ends. */
+  unobserve(key: Bytes, options: CallOptions = {}): Promise<void> {
+    return guarded(() => {
+      checkBytes('key', key);
+      return withSignal(options.signal, (c) => this.#native.unobserve(key, options.timeoutMs, c));
+    });
+  }
+
+  /**
+   * Closes the connection and waits for it: pending calls reject with `ERR_DISCONNECTED`,
+   * observations end, later calls fail. Idempotent. Node can exit afterwards.
+   */
+  close(): Promise<void> {
+    return this.#native.close();
+  }
+
+  /** Requests waiting for a response (diagnostics). */
+  get requestsInFlight(): number {
+    return this.#native.requestsInFlight;
+  }
+
+  /** Keys registered for notifications on this client (diagnostics). */
+  get observedKeys(): number {
+    return this.#native.observedKeys;
+  }
+}
+
+const DONE: IteratorReturnResult<undefined> = Object.freeze({ done: true, value: undefined });
+
+/** What the native streams (observations, lease and election events) look like. */
+interface NativeStream<T> {
+  next(): Promise<T | null>;
+  close(): void;
+}
+
+/**
+ * A stream of events as an async iterator (`for await (const e of stream)`). Iterate it
+ * once. It ends when closed (`break`, `return()`, `close()`, the `signal` given when it was
+ * made: then with an `AbortError`), when the client closes, or when its source ends. An error
+ * ends it too, after being thrown.
+ *
+ * Nothing is pushed to JavaScript: an event waits in the native module until `next()` asks
+ * for it, so a stream nobody reads keeps no handle on Node's event loop.
+ */
+export class EventStream<T> implements AsyncIterableIterator<T> {
+  readonly #start: Promise<NativeStream<T>>;
+  #native: NativeStream<T> | undefined;
+  #closed = false;
+  readonly #signal: AbortSignal | undefined;
+
+  /** @internal */
+  constructor(start: Promise<NativeStream<T>>, signal?: AbortSignal) {
+    this.#start = start;
+    this.#signal = signal;
+    start.then(
+      (n) => {
+        if (this.#closed) n.close();
+        else this.#native = n;
+      },
+      () => {
+        // Reported by the first `next()` (and by `ready`).
+      },
+    );
+    signal?.addEventListener('abort', () => this.close(), { once: true });
+  }
+
+  /** Resolves once the stream is set up (for an observation: the server registered the
+   * key); rejects if it could not be. */
+  get ready(): Promise<void> {
+    return this.#start.then(() => undefined);
+  }
+
+  async next(): Promise<IteratorResult<T, undefined>> {
+    if (this.#closed) return this.#end();
+    let n: NativeStream<T>;
+    try {
+      n = await this.#start;
+    } catch (e) {
+      // The set-up failed: thrown once, then the stream is done.
+      this.#closed = true;
+      throw e;
+    }
+    if (this.#closed) return this.#end();
+    let item: T | null;
+    try {
+      item = await n.next();
+    } catch (e) {
+      this.close();
+      throw e;
+    }
+    if (item === null) {
+      this.close();
+      return this.#end();
+    }
+    return { done: false, value: item };
+  }
+
+  #end(): IteratorReturnResult<undefined> {
+    if (this.#signal?.aborted) throw abortError(this.#signal);
+    return DONE;
+  }
+
+  /** Called by `break` in `for await`: closes the stream. */
+  async return(): Promise<IteratorResult<T, undefined>> {
+    this.close();
+    return DONE;
+  }
+
+  /** Closes the stream now (a pending `next()` resolves as done). Idempotent. */
+  close(): void {
+    this.#closed = true;
+    this.#native?.close();
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}
+
+/**
+ * The changes of one key ({@link Client.observe}). `break` (or `close()`) unobserves the key
+ * (when no other observation of it is open). An `ERR_LAGGED` error means notifications were
+ * dropped because they were not read fast enough: `get` the key and observe it again.
+ */
+export class Observation extends EventStream<Notification> {}
+
+// ---------------------------------------------------------------------------------------
+// Leases, locks, leader election (mqstate::lock)
+// ---------------------------------------------------------------------------------------
+
+/** What happened to a {@link Lease}. */
+export type LeaseEvent =
+  | { type: 'acquired'; token: Hlc }
+  | { type: 'renewed'; token: Hlc }
+  | { type: 'lost'; reason: string }
+  | { type: 'released' };
+
+/** What a {@link LeaderElection} candidate learns. */
+export type LeadershipEvent =
+  | { type: 'elected'; token: Hlc }
+  | { type: 'renewed'; token: Hlc }
+  | { type: 'lost'; reason: string }
+  | { type: 'resigned' }
+  /** Another candidate leads now (`leader`), or nobody does (`null`). */
+  | { type: 'newLeader'; leader: Buffer | null };
+
+/** Options of {@link Lease} and {@link Lock}. */
+export interface LeaseOptions {
+  /** Appended to the holder (`holder:sessionId`), so that two processes with the same
+   * holder name do not share the lease. */
+  sessionId?: Bytes;
+}
+
+/** Options of the lock calls that wait. */
+export interface WaitOptions {
+  /** Cancels the call (it rejects with an `AbortError`). */
+  signal?: AbortSignal;
+}
+
+function checkMs(name: string, v: unknown): asserts v is number {
+  if (typeof v !== 'number') throw invalid(`${name} must be a number of milliseconds, got ${describe(v)}`);
+}
+
+function sessionOf(options: LeaseOptions | undefined): Bytes | undefined {
+  const session = options?.sessionId;
+  if (session !== undefined) checkBytes('sessionId', session);
+  return session;
+}
+
+/**
+ * A lease on a key: at most one holder at a time, for a ttl the holder renews. The fencing
+ * token (an {@link Hlc}) of each acquire or renewal protects writes (`fencingToken` of
+ * `set` / `del` / `vdel`): the server refuses a write with an older token.
+ */
+export class Lease {
+  readonly #native: native.NativeLease;
+
+  /** A lease on key `name`, held as `holder`. Nothing is sent until `acquire`. */
+  constructor(client: Client, name: Bytes, holder: Bytes, options?: LeaseOptions) {
+    const c = nativeClient(client);
+    checkBytes('name', name);
+    checkBytes('holder', holder);
+    this.#native = new native.NativeLease(c, name, holder, sessionOf(options));
+  }
+
+  /** The lease's key. */
+  get name(): Buffer {
+    return this.#native.name;
+  }
+
+  /** The value written while holding the lease (`holder`, or `holder:sessionId`). */
+  get holderValue(): Buffer {
+    return this.#native.holderValue;
+  }
+
+  /** The token of the last acquire or renewal while the lease is believed held, or null. */
+  get currentToken(): Hlc | null {
+    return this.#native.currentToken;
+  }
+
+  /** Tries once: the fencing token when held (acquiring a held lease renews it), or null
+   * when someone else holds it. */
+  acquire(ttlMs: number, options: WaitOptions = {}): Promise<Hlc | null> {
+    return guarded(() => {
+      checkMs('ttlMs', ttlMs);
+      return withSignal(options.signal, (c) => this.#native.acquire(ttlMs, c));
+    });
+  }
+
+  /** Acquires, waiting up to `timeoutMs` for the holder to release it or for its lease to
+   * expire (woken by the release's notification, no polling); `ERR_TIMEOUT` otherwise. */
+  acquireWait(ttlMs: number, timeoutMs: number, options: WaitOptions = {}): Promise<Hlc> {
+    return guarded(() => {
+      checkMs('ttlMs', ttlMs);
+      checkMs('timeoutMs', timeoutMs);
+      return withSignal(options.signal, (c) => this.#native.acquireWait(ttlMs, timeoutMs, c));
+    });
+  }
+
+  /** Renews with the last ttl: the new (greater) token, or null if the lease was lost. */
+  renew(options: WaitOptions = {}): Promise<Hlc | null> {
+    return withSignal(options.signal, (c) => this.#native.renew(c));
+  }
+
+  /** Renews in the background every `fraction` x ttl (default 0.5) until a renewal fails
+   * (a `lost` event), `stopRenewal()` or `release()`. Needs an acquired lease. Keeps no
+   * handle on Node's event loop. */
+  autoRenew(fraction?: number): void {
+    this.#native.autoRenew(fraction);
+  }
+
+  /** Stops the automatic renewal (the lease stays held until its ttl passes). */
+  stopRenewal(): void {
+    this.#native.stopRenewal();
+  }
+
+  /** Gives the lease up: true if this holder held it. */
+  release(options: WaitOptions = {}): Promise<boolean> {
+    return withSignal(options.signal, (c) => this.#native.release(c));
+  }
+
+  /** Who holds the lease now, or null. */
+  holder(options: WaitOptions = {}): Promise<Buffer | null> {
+    return withSignal(options.signal, (c) => this.#native.holder(c));
+  }
+
+  /** The lease's events from now on, as an async iterator. */
+  events(): EventStream<LeaseEvent> {
+    return new EventStream(
+      Promise.resolve(this.#native.events() as NativeStream<LeaseEvent>),
+    );
+  }
+}
+
+/**
+ * A held {@link Lock}: `token` fences the writes it protects. `unlock()` releases it; a
+ * guard that is dropped instead lets the lock expire after its ttl.
+ */
+export class LockGuard {
+  readonly #native: native.NativeLockGuard;
+  /** The fencing token to pass with every write the lock protects. */
+  readonly token: Hlc;
+
+  /** @internal */
+  constructor(n: native.NativeLockGuard) {
+    this.#native = n;
+    this.token = n.token;
+  }
+
+  /** Releases the lock: true if it was still held by us (false on a second call). */
+  unlock(): Promise<boolean> {
+    return this.#native.unlock();
+  }
+}
+
+/**
+ * A lock: a lease used as a mutex. Mutual exclusion is between holders: give every
+ * concurrent user its own holder (or `sessionId`).
+ */
+export class Lock {
+  readonly #native: native.NativeLock;
+  readonly #client: Client;
+
+  /** The lock `name`, taken as `holder`. */
+  constructor(client: Client, name: Bytes, holder: Bytes, options?: LeaseOptions) {
+    const c = nativeClient(client);
+    checkBytes('name', name);
+    checkBytes('holder', holder);
+    this.#native = new native.NativeLock(c, name, holder, sessionOf(options));
+    this.#client = client;
+  }
+
+  /** The lock's key. */
+  get name(): Buffer {
+    return this.#native.name;
+  }
+
+  /** The value written while holding the lock. */
+  get holderValue(): Buffer {
+    return this.#native.holderValue;
+  }
+
+  /** Takes the lock for `ttlMs`, waiting up to `timeoutMs` for it (`ERR_TIMEOUT` then). */
+  lock(ttlMs: number, timeoutMs: number, options: WaitOptions = {}): Promise<LockGuard> {
+    return guarded(() => {
+      checkMs('ttlMs', ttlMs);
+      checkMs('timeoutMs', timeoutMs);
+      return withSignal(options.signal, (c) => this.#native.lock(ttlMs, timeoutMs, c)).then(
+        (g) => new LockGuard(g),
+      );
+    });
+  }
+
+  /** Who holds the lock now, or null. */
+  holder(options: WaitOptions = {}): Promise<Buffer | null> {
+    return withSignal(options.signal, (c) => this.#native.holder(c));
+  }
+
+  /**
+   * Runs `f(token)` under the lock and unlocks afterwards (also when `f` throws). Resolves
+   * with what `f` resolved with.
+   */
+  async withLock<T>(
+    ttlMs: number,
+    timeoutMs: number,
+    f: (token: Hlc) => T | Promise<T>,
+    options: WaitOptions = {},
+  ): Promise<T> {
+    const guard = await this.lock(ttlMs, timeoutMs, options);
+    try {
+      return await f(guard.token);
+    } finally {
+      await guard.unlock();
+    }
+  }
+
+  /**
+   * A fenced read-modify-write under the lock: gets `key`, calls `f` with its value (or
+   * null), then sets the value `f` returned (or deletes the key for `null`) with the lock's
+   * fencing token, and unlocks. Resolves with the new value.
+   */
+  edit(
+    key: Bytes,
+    ttlMs: number,
+    timeoutMs: number,
+    f: (old: Buffer | null) => Bytes | null | Promise<Bytes | null>,
+  ): Promise<Buffer | null> {
+    const client = this.#client;
+    return this.withLock(ttlMs, timeoutMs, async (token) => {
+      const old = await client.get(key);
+      const value = await f(old === null ? null : old.value);
+      if (value === null) {
+        await client.del(key, { fencingToken: token });
+        return null;
+      }
+      checkBytes('the value returned by f', value);
+      await client.set(key, value, { fencingToken: token });
+      return Buffer.from(value);
+    });
+  }
+}
+
+/** Options of {@link LeaderElection}. */
+export interface LeaderElectionOptions {
+  /** Renew the term every `renewFraction` x term (default 0.5). */
+  renewFraction?: number;
+}
+
+/**
+ * A candidate in a leader election: the leader holds the election's key (a lease) and
+ * renews it automatically; the others wait for it.
+ */
+export class LeaderElection {
+  readonly #native: native.NativeLeaderElection;
+
+  /** Candidate `candidate` in the election whose key is `election`. */
+  constructor(client: Client, election: Bytes, candidate: Bytes, options: LeaderElectionOptions = {}) {
+    const c = nativeClient(client);
+    checkBytes('election', election);
+    checkBytes('candidate', candidate);
+    this.#native = new native.NativeLeaderElection(c, election, candidate, options.renewFraction);
+  }
+
+  /** Campaigns until elected (resolves with the fencing token) or `timeoutMs` passes
+   * (`ERR_TIMEOUT`). The term is then renewed automatically until `resign()` or a loss. */
+  campaign(termMs: number, timeoutMs: number, options: WaitOptions = {}): Promise<Hlc> {
+    return guarded(() => {
+      checkMs('termMs', termMs);
+      checkMs('timeoutMs', timeoutMs);
+      return withSignal(options.signal, (c) => this.#native.campaign(termMs, timeoutMs, c));
+    });
+  }
+
+  /** Tries once: the fencing token if elected, else null. */
+  tryCampaign(termMs: number, options: WaitOptions = {}): Promise<Hlc | null> {
+    return guarded(() => {
+      checkMs('termMs', termMs);
+      return withSignal(options.signal, (c) => this.#native.tryCampaign(termMs, c));
+    });
+  }
+
+  /** Steps down if leading: true if this candidate held the election key. */
+  resign(options: WaitOptions = {}): Promise<boolean> {
+    return withSignal(options.signal, (c) => this.#native.resign(c));
+  }
+
+  /** The current leader, or null. */
+  leader(options: WaitOptions = {}): Promise<Buffer | null> {
+    return withSignal(options.signal, (c) => this.#native.leader(c));
+  }
+
+  /** True while this candidate believes it leads. */
+  get isLeader(): boolean {
+    return this.#native.isLeader;
+  }
+
+  /** The fencing token of the current term, while leading. */
+  get currentToken(): Hlc | null {
+    return this.#native.currentToken;
+  }
+
+  /** The leadership changes from now on (`await events.ready` to know the election key is
+   * observed). */
+  events(): EventStream<LeadershipEvent> {
+    return new EventStream(this.#native.events() as Promise<NativeStream<LeadershipEvent>>);
+  }
+}
+
+/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
+export function benchRustGet(url: string, n: number, depth: number): Promise<number> {
+  return native.benchRustGet(url, n, depth);
+}
+
+// `console.log(version)` shows the wire form.
+Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value(this: Hlc): string {
+    return `Hlc(${this.toString()})`;
+  },
+});

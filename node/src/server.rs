@@ -1,0 +1,124 @@
+//! `LocalServer`: the embedded broker and state store, for users' own tests.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mqstate::Error;
+use mqstate_server::ServerConfig;
+use napi::Env;
+use napi::bindgen_prelude::PromiseRaw;
+use napi_derive::napi;
+
+use crate::util::{rejected, spawn, whole};
+
+/// Settings of a local server.
+#[napi(object)]
+#[derive(Debug, Default)]
+pub struct LocalServerOptions {
+    /// Port to listen on (default: a free port chosen by the OS).
+    pub port: Option<f64>,
+    /// Address to listen on (default 127.0.0.1).
+    pub host: Option<String>,
+    /// Key quota: SETs of new keys beyond it fail with `quota_exceeded` (default: none).
+    pub max_keys: Option<f64>,
+}
+
+/// A running local state store: an embedded MQTT5 broker and the store, in this process.
+/// Stop it with `shutdown()`; it also stops when garbage collected or when Node exits, and
+/// it does not keep Node alive.
+#[napi]
+#[derive(Debug)]
+pub struct LocalServer {
+    server: Arc<Mutex<Option<mqstate_server::LocalServer>>>,
+    host: String,
+    port: u16,
+    url: String,
+}
+
+fn config(o: LocalServerOptions) -> Result<ServerConfig, Error> {
+    let mut config = ServerConfig::default();
+    if let Some(port) = o.port {
+        config = config.with_port(whole("port", port)?);
+    }
+    if let Some(host) = o.host {
+        config.bind = host.parse::<IpAddr>().map_err(|_| {
+            Error::InvalidArgument(format!("host must be an IP address, got {host:?}"))
+        })?;
+    }
+    if let Some(n) = o.max_keys {
+        config = config.with_max_keys(Some(whole("maxKeys", n)?));
+    }
+    Ok(config)
+}
+
+#[napi]
+impl LocalServer {
+    /// Starts a server; resolves once it answers requests.
+    #[napi]
+    pub fn start(
+        env: &Env,
+        options: Option<LocalServerOptions>,
+    ) -> napi::Result<PromiseRaw<'_, LocalServer>> {
+        let config = match config(options.unwrap_or_default()) {
+            Ok(c) => c,
+            Err(e) => return rejected(env, e),
+        };
+        spawn(
+            env,
+            None,
+            async move {
+                mqstate_server::LocalServer::start_with(config)
+                    .await
+                    .map_err(|e| Error::Connection(format!("the local server did not start: {e}")))
+            },
+            |_, server| {
+                Ok(LocalServer {
+                    host: server.host().to_owned(),
+                    port: server.port(),
+                    url: server.url(),
+                    server: Arc::new(Mutex::new(Some(server))),
+                })
+            },
+        )
+    }
+
+    /// The host clients connect to.
+    #[napi(getter)]
+    pub fn host(&self) -> String {
+        self.host.clone()
+    }
+
+    /// The port it listens on.
+    #[napi(getter)]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mqtt://host:port`, for `Client.connect`.
+    #[napi(getter)]
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Stops the store and the broker and waits for both (a few seconds at most).
+    /// Idempotent.
+    #[napi]
+    pub fn shutdown<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
+        let server = self
+            .server
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        spawn(
+            env,
+            None,
+            async move {
+                if let Some(server) = server {
+                    server.shutdown().await;
+                }
+                Ok(())
+            },
+            |_, ()| Ok(()),
+        )
+    }
+}

@@ -1,0 +1,96 @@
+// Compiled (never run) by scripts/test-node with `tsc --noEmit -p test/tsconfig.json`: the
+// checked-in typings describe the API as documented. A mistake here fails the test script.
+import {
+  Client,
+  Hlc,
+  LeaderElection,
+  Lease,
+  LocalServer,
+  Lock,
+  isMqstateError,
+  type LeaseEvent,
+  type LeadershipEvent,
+  type MqstateError,
+  type Notification,
+  type VdelOutcome,
+} from '../index.js';
+
+export async function typed(): Promise<void> {
+  const server: LocalServer = await LocalServer.start({ maxKeys: 10 });
+  const client: Client = await Client.connect(server.url);
+  const other: Client = await Client.connect({ host: server.host, port: server.port, timeoutMs: 5000 });
+  const fromEnv: Promise<Client> = Client.fromEnv({ AIO_BROKER_HOSTNAME: 'h' });
+  void fromEnv.catch(() => undefined);
+
+  const set: { applied: boolean; version: Hlc } = await client.set('k', Buffer.from([1]), {
+    nx: true,
+    expiryMs: 1000,
+    fencingToken: '1:0:n',
+    signal: AbortSignal.timeout(1000),
+  });
+  const got = await client.get(new Uint8Array([107]));
+  if (got !== null) {
+    const value: Buffer = got.value;
+    const order: number = got.version.compare(set.version);
+    void [value, order, Hlc.compare(got.version, set.version), got.version.ms + 1n];
+  }
+  const deleted: number = await client.del('k', { fencingToken: set.version });
+  const outcome: VdelOutcome = await client.vdel('k', 'v');
+  void [deleted, outcome];
+
+  for await (const n of client.observe('k')) {
+    const change: Notification = n;
+    const op: 'set' | 'delete' = change.operation;
+    const value: Buffer | undefined = change.value;
+    void [op, value];
+    break;
+  }
+
+  const lease = new Lease(client, 'lease', 'me', { sessionId: 's' });
+  const token: Hlc | null = await lease.acquire(1000);
+  for await (const e of lease.events()) {
+    const ev: LeaseEvent = e;
+    if (ev.type === 'lost') {
+      const reason: string = ev.reason;
+      void reason;
+    } else if (ev.type === 'acquired') {
+      const t: Hlc = ev.token;
+      void t;
+    }
+    break;
+  }
+  lease.autoRenew(0.5);
+  void token;
+
+  const guard = await new Lock(client, 'lock', 'me').lock(1000, 1000);
+  const unlocked: boolean = await guard.unlock();
+  const edited: Buffer | null = await new Lock(client, 'lock', 'me').edit('c', 1000, 1000, (old) =>
+    old === null ? '1' : null,
+  );
+  void [unlocked, edited];
+
+  const election = new LeaderElection(other, 'e', 'c', { renewFraction: 0.5 });
+  const term: Hlc = await election.campaign(1000, 1000);
+  for await (const e of election.events()) {
+    const ev: LeadershipEvent = e;
+    if (ev.type === 'newLeader') {
+      const leader: Buffer | null = ev.leader;
+      void leader;
+    }
+    break;
+  }
+  const leading: boolean = election.isLeader;
+  void [term, leading];
+
+  try {
+    await client.get('k');
+  } catch (e) {
+    if (isMqstateError(e)) {
+      const err: MqstateError = e;
+      const code: string = err.code;
+      void [code, err.serviceKind];
+    }
+  }
+  await Promise.all([client.close(), other.close()]);
+  await server.shutdown();
+}
