@@ -3,16 +3,19 @@
 //! embedded broker and on Mosquitto (skipped when it is not installed).
 //!
 //! ```text
-//! cargo bench -p mqstate --bench throughput     # 3 rounds of 2 s per measurement
-//! MQSTATE_BENCH_SECS=1 MQSTATE_BENCH_ROUNDS=5 cargo bench -p mqstate --bench throughput
+//! cargo bench -p mqstate --bench throughput     # 7 rounds of 1 s slices
+//! MQSTATE_BENCH_SECS=2 MQSTATE_BENCH_ROUNDS=9 cargo bench -p mqstate --bench throughput
 //! ```
 //!
-//! Prints one table (ops/s, p50 and p99 latency, and each mqstate figure as a ratio to the
-//! raw echo at the same depth on the same broker; each figure is the median of the rounds).
-//! mqstate is measured twice: against a stub store (a responder that answers like the state
-//! store without doing any store work, so only the client differs from the raw echo's
-//! requester) and against the local state store (end to end). Everything runs on loopback, on one
-//! machine: the figures compare the client with the transport's limit, they are not absolute.
+//! Prints one table: ops/s, p50 and p99 latency, and each mqstate figure as a ratio to the
+//! raw echo at the same depth on the same broker. Every workload runs once per round, in
+//! short slices right after the raw echo it is compared with; a ratio is taken per round
+//! and the table gives the median (and range) of those, which cancels most of the noise of a
+//! shared machine. mqstate is measured against a stub store (a responder that answers like
+//! the state store without doing any store work, so only the client differs from the raw
+//! echo's requester) and against the local state store (end to end). Everything runs on
+//! loopback, on one machine: the figures compare the client with the transport's limit, they
+//! are not absolute.
 
 #![allow(
     clippy::unwrap_used,
@@ -22,6 +25,8 @@
 )]
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +50,7 @@ struct Figure {
     broker: &'static str,
     workload: &'static str,
     depth: usize,
+    round: usize,
     ops_per_sec: f64,
     p50: Duration,
     p99: Duration,
@@ -142,6 +148,7 @@ fn raw_options(id: &str, port: u16) -> MqttOptions {
 /// correlation through one map, as the client does.
 struct RawEcho {
     client: AsyncClient,
+    id: String,
     req_topic: String,
     resp_topic: String,
     waiters: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>>,
@@ -230,8 +237,12 @@ fn spawn_responder(
 impl RawEcho {
     async fn start(port: u16) -> RawEcho {
         let tag = unique_tag();
-        let req_topic = format!("bench/{tag}/req");
-        let resp_topic = format!("bench/{tag}/resp");
+        // Topics of the same shape and length as the state store's (the broker validates
+        // and routes them on every message), but not the same request topic: the stub
+        // store listens on that one.
+        let requester_id = format!("mqstate-{:016x}", fastrand::u64(..));
+        let req_topic = mqstate::topics::REQUEST_TOPIC.replace("0FE8", "BE7C");
+        let resp_topic = mqstate::topics::response_topic(&requester_id);
         let mut tasks = Vec::new();
         let subscribed = spawn_responder(
             port,
@@ -243,10 +254,18 @@ impl RawEcho {
         subscribed.await;
 
         // Requester.
-        let (client, mut requester_loop) =
-            AsyncClient::new(raw_options(&format!("bench-requester-{tag}"), port), 1024);
+        let (client, mut requester_loop) = AsyncClient::new(raw_options(&requester_id, port), 1024);
+        // The same two subscriptions as mqstate's (responses, notifications).
+        let filters = [
+            resp_topic.clone(),
+            mqstate::topics::notification_filter(&requester_id),
+        ];
         client
-            .subscribe(&resp_topic, QoS::AtLeastOnce)
+            .subscribe_many(
+                filters
+                    .into_iter()
+                    .map(|f| rumqttc::v5::mqttbytes::v5::Filter::new(f, QoS::AtLeastOnce)),
+            )
             .await
             .unwrap();
         let waiters: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>> = Arc::default();
@@ -279,6 +298,7 @@ impl RawEcho {
         subacks.recv().await.unwrap();
         let echo = RawEcho {
             client,
+            id: requester_id,
             req_topic,
             resp_topic,
             waiters,
@@ -301,13 +321,10 @@ impl RawEcho {
             message_expiry_interval: Some(10),
             content_type: Some("application/octet-stream".into()),
             user_properties: vec![
-                ("__srcId".into(), "bench-requester".into()),
+                ("__srcId".into(), self.id.clone()),
                 ("__protVer".into(), "1.0".into()),
-                (
-                    "__ts".into(),
-                    "001700000000000:00000:bench-requester".into(),
-                ),
-                ("$partition".into(), "bench-requester".into()),
+                ("__ts".into(), format!("001700000000000:00000:{}", self.id)),
+                ("$partition".into(), self.id.clone()),
                 ("$high_priority".into(), String::new()),
             ],
             ..Default::default()
@@ -365,33 +382,40 @@ impl Drop for StubStore {
     }
 }
 
-async fn bench_raw(broker: &'static str, port: u16, secs: f64, out: &mut Vec<Figure>) {
-    let echo = Arc::new(RawEcho::start(port).await);
-    for depth in DEPTHS {
+/// One measured workload: its label and how to run one operation.
+type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+fn raw_op(echo: Arc<RawEcho>) -> Op {
+    Arc::new(move |id| {
         let echo = echo.clone();
-        let (ops, p50, p99) = measure(depth, secs, move |id| {
-            let echo = echo.clone();
-            async move { echo.round_trip(id).await }
-        })
-        .await;
-        out.push(Figure {
-            broker,
-            workload: "raw echo",
-            depth,
-            ops_per_sec: ops,
-            p50,
-            p99,
-        });
-    }
+        Box::pin(async move { echo.round_trip(id).await })
+    })
 }
 
-async fn bench_mqstate(
-    broker: &'static str,
-    port: u16,
-    secs: f64,
-    labels: [&'static str; 2],
-    out: &mut Vec<Figure>,
-) {
+fn get_op(client: Client, errors: Arc<AtomicU64>) -> Op {
+    Arc::new(move |_| {
+        let (c, e) = (client.clone(), errors.clone());
+        Box::pin(async move {
+            if c.get("bench-key").await.is_err() {
+                e.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    })
+}
+
+fn set_op(client: Client, errors: Arc<AtomicU64>) -> Op {
+    Arc::new(move |id| {
+        let (c, e) = (client.clone(), errors.clone());
+        Box::pin(async move {
+            let key = format!("bench-set-{}", id >> 32);
+            if c.set(key, VALUE, SetOptions::default()).await.is_err() {
+                e.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    })
+}
+
+async fn mqstate_client(port: u16) -> Client {
     let client = Client::connect(ConnectOptions::new("127.0.0.1", port))
         .await
         .unwrap();
@@ -399,144 +423,132 @@ async fn bench_mqstate(
         .set("bench-key", VALUE, SetOptions::default())
         .await
         .unwrap();
+    client
+}
+
+/// Everything measured on one broker, set up once: the raw echo and mqstate against the stub
+/// store on `bare` (a broker with nothing else on it), mqstate against the local state store
+/// on `store` (another broker of the same kind: the stub and the store would both answer on
+/// one broker).
+async fn bench_broker(
+    broker: &'static str,
+    bare: u16,
+    store: u16,
+    secs: f64,
+    rounds: usize,
+    out: &mut Vec<Figure>,
+) {
     let errors = Arc::new(AtomicU64::new(0));
-    for depth in DEPTHS {
-        let c = client.clone();
-        let e = errors.clone();
-        let (ops, p50, p99) = measure(depth, secs, move |_| {
-            let c = c.clone();
-            let e = e.clone();
-            async move {
-                if c.get("bench-key").await.is_err() {
-                    e.fetch_add(1, Ordering::Relaxed);
-                }
+    let echo = Arc::new(RawEcho::start(bare).await);
+    let _stub = StubStore::start(bare).await;
+    let stub_client = mqstate_client(bare).await;
+    let store_client = mqstate_client(store).await;
+    let workloads: [(&'static str, Op); 5] = [
+        ("raw echo", raw_op(echo)),
+        (
+            "mqstate get (stub store)",
+            get_op(stub_client.clone(), errors.clone()),
+        ),
+        (
+            "mqstate set (stub store)",
+            set_op(stub_client.clone(), errors.clone()),
+        ),
+        (
+            "mqstate get (local store)",
+            get_op(store_client.clone(), errors.clone()),
+        ),
+        (
+            "mqstate set (local store)",
+            set_op(store_client.clone(), errors.clone()),
+        ),
+    ];
+    // Short slices, interleaved: within a round every workload runs right after the raw
+    // echo it is compared with, so a change in the machine's load hits both sides of a ratio.
+    for round in 0..rounds {
+        for depth in DEPTHS {
+            for (workload, op) in &workloads {
+                let op = op.clone();
+                let (ops_per_sec, p50, p99) = measure(depth, secs, move |id| op(id)).await;
+                out.push(Figure {
+                    broker,
+                    workload,
+                    depth,
+                    round,
+                    ops_per_sec,
+                    p50,
+                    p99,
+                });
             }
-        })
-        .await;
-        out.push(Figure {
-            broker,
-            workload: labels[0],
-            depth,
-            ops_per_sec: ops,
-            p50,
-            p99,
-        });
-    }
-    for depth in DEPTHS {
-        let c = client.clone();
-        let e = errors.clone();
-        let (ops, p50, p99) = measure(depth, secs, move |id| {
-            let c = c.clone();
-            let e = e.clone();
-            async move {
-                let key = format!("bench-set-{}", id >> 32);
-                if c.set(key, VALUE, SetOptions::default()).await.is_err() {
-                    e.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
-        .await;
-        out.push(Figure {
-            broker,
-            workload: labels[1],
-            depth,
-            ops_per_sec: ops,
-            p50,
-            p99,
-        });
+        }
     }
     let errors = errors.load(Ordering::Relaxed);
     assert_eq!(errors, 0, "{broker}: {errors} mqstate requests failed");
-    client.close().await;
+    stub_client.close().await;
+    store_client.close().await;
 }
 
-/// Raw echo, mqstate against the stub store (client cost only), then against the local
-/// state store (end to end), all through the broker on `port`.
-async fn bench_broker(
-    broker: &'static str,
-    port: u16,
-    start_store: impl std::future::Future<Output = LocalServer>,
-    secs: f64,
-    out: &mut Vec<Figure>,
-) {
-    bench_raw(broker, port, secs, out).await;
-    let stub = StubStore::start(port).await;
-    bench_mqstate(
-        broker,
-        port,
-        secs,
-        ["mqstate get (stub store)", "mqstate set (stub store)"],
-        out,
-    )
-    .await;
-    drop(stub);
-    let server = start_store.await;
-    bench_mqstate(
-        broker,
-        server.port(),
-        secs,
-        ["mqstate get (local store)", "mqstate set (local store)"],
-        out,
-    )
-    .await;
-    server.shutdown().await;
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
-/// One row per (broker, workload, depth): the median of the rounds (the machine is shared
-/// with other work; the median of alternating rounds is steadier than any single run).
-fn median_rows(figures: &[Figure]) -> Vec<Figure> {
-    let mut rows: Vec<Figure> = Vec::new();
+/// One row per (broker, workload, depth): the medians over the rounds of ops/s, p50, p99,
+/// and of the per-round ratio to the raw echo of the same round (the paired comparison is
+/// what the noise of a shared machine cancels out of).
+fn print_table(figures: &[Figure]) {
+    println!();
+    println!(
+        "| broker | workload | in flight | ops/s | p50 | p99 | vs raw echo (median of rounds) | min-max |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut seen: Vec<(&str, &str, usize)> = Vec::new();
     for f in figures {
-        if rows
-            .iter()
-            .any(|r| r.broker == f.broker && r.workload == f.workload && r.depth == f.depth)
-        {
+        let id = (f.broker, f.workload, f.depth);
+        if seen.contains(&id) {
             continue;
         }
+        seen.push(id);
         let same: Vec<&Figure> = figures
             .iter()
-            .filter(|g| g.broker == f.broker && g.workload == f.workload && g.depth == f.depth)
+            .filter(|g| (g.broker, g.workload, g.depth) == id)
             .collect();
-        let mid = |mut v: Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
-        };
-        rows.push(Figure {
-            broker: f.broker,
-            workload: f.workload,
-            depth: f.depth,
-            ops_per_sec: mid(same.iter().map(|g| g.ops_per_sec).collect()),
-            p50: Duration::from_secs_f64(mid(same.iter().map(|g| g.p50.as_secs_f64()).collect())),
-            p99: Duration::from_secs_f64(mid(same.iter().map(|g| g.p99.as_secs_f64()).collect())),
-        });
-    }
-    rows
-}
-
-fn print_table(figures: &[Figure]) {
-    let figures = &median_rows(figures)[..];
-    println!();
-    println!("| broker | workload | in flight | ops/s | p50 | p99 | vs raw echo |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
-    for f in figures {
-        let raw = figures
+        let ratios: Vec<f64> = same
             .iter()
-            .find(|r| r.broker == f.broker && r.depth == f.depth && r.workload == "raw echo")
-            .map(|r| r.ops_per_sec);
-        let ratio = match (f.workload, raw) {
-            ("raw echo", _) => "1.00 (limit)".to_owned(),
-            (_, Some(r)) if r > 0.0 => format!("{:.2}", f.ops_per_sec / r),
-            _ => "-".to_owned(),
+            .filter_map(|g| {
+                figures
+                    .iter()
+                    .find(|r| {
+                        r.broker == g.broker
+                            && r.depth == g.depth
+                            && r.round == g.round
+                            && r.workload == "raw echo"
+                    })
+                    .filter(|r| r.ops_per_sec > 0.0)
+                    .map(|r| g.ops_per_sec / r.ops_per_sec)
+            })
+            .collect();
+        let (ratio, range) = if f.workload == "raw echo" {
+            ("1.00 (limit)".to_owned(), String::new())
+        } else if ratios.is_empty() {
+            ("-".to_owned(), String::new())
+        } else {
+            let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ratios.iter().copied().fold(0.0, f64::max);
+            (
+                format!("{:.2}", median(ratios.clone())),
+                format!("{lo:.2}-{hi:.2}"),
+            )
         };
         println!(
-            "| {} | {} | {} | {:.0} | {:.3} ms | {:.3} ms | {} |",
+            "| {} | {} | {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} |",
             f.broker,
             f.workload,
             f.depth,
-            f.ops_per_sec,
-            f.p50.as_secs_f64() * 1e3,
-            f.p99.as_secs_f64() * 1e3,
-            ratio
+            median(same.iter().map(|g| g.ops_per_sec).collect()),
+            median(same.iter().map(|g| g.p50.as_secs_f64()).collect()) * 1e3,
+            median(same.iter().map(|g| g.p99.as_secs_f64()).collect()) * 1e3,
+            ratio,
+            range
         );
     }
 }
@@ -548,11 +560,11 @@ fn main() {
     let secs: f64 = std::env::var("MQSTATE_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if bench_mode { 2.0 } else { 0.2 });
+        .unwrap_or(if bench_mode { 1.0 } else { 0.2 });
     let rounds: usize = std::env::var("MQSTATE_BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if bench_mode { 3 } else { 1 })
+        .unwrap_or(if bench_mode { 7 } else { 1 })
         .max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -561,51 +573,53 @@ fn main() {
         .unwrap();
     let mut figures = Vec::new();
     runtime.block_on(async {
-        let mosquitto = match Mosquitto::start() {
-            Ok(mosquitto) => Some(mosquitto),
-            Err(e) => {
+        // Embedded: a bare broker for the raw echo and the stub store; the local store
+        // brings its own (the same broker, same settings).
+        let (events, _events_rx) = mpsc::unbounded_channel();
+        let bare = EmbeddedBroker::start(
+            &EmbeddedBrokerConfig {
+                bind: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+                max_packet_size: 16 << 20,
+            },
+            events,
+        )
+        .await
+        .unwrap();
+        let store = LocalServer::start().await.unwrap();
+        bench_broker(
+            "embedded",
+            bare.local_addr().port(),
+            store.port(),
+            secs,
+            rounds,
+            &mut figures,
+        )
+        .await;
+        store.shutdown().await;
+        bare.shutdown().await;
+
+        match (Mosquitto::start(), Mosquitto::start()) {
+            (Ok(bare), Ok(for_store)) => {
+                let store =
+                    LocalServer::start_with(ServerConfig::external(&for_store.url()).unwrap())
+                        .await
+                        .unwrap();
+                bench_broker(
+                    "mosquitto",
+                    bare.port(),
+                    store.port(),
+                    secs,
+                    rounds,
+                    &mut figures,
+                )
+                .await;
+                store.shutdown().await;
+            }
+            (Err(e), _) | (_, Err(e)) => {
                 assert!(!testing::mosquitto_required(), "{e}");
                 println!("SKIPPED mosquitto: {e}");
-                None
-            }
-        };
-        // Rounds alternate between the brokers, and within a round the raw echo and mqstate
-        // run back to back, so that a change in the machine's load hits both sides of a ratio.
-        for _ in 0..rounds {
-            // Raw echo and stub store on a bare embedded broker; the local store brings its
-            // own (the same broker, same settings).
-            let (events, _events_rx) = mpsc::unbounded_channel();
-            let bare = EmbeddedBroker::start(
-                &EmbeddedBrokerConfig {
-                    bind: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-                    max_packet_size: 16 << 20,
-                },
-                events,
-            )
-            .await
-            .unwrap();
-            let store = async { LocalServer::start().await.unwrap() };
-            bench_broker(
-                "embedded",
-                bare.local_addr().port(),
-                store,
-                secs,
-                &mut figures,
-            )
-            .await;
-            bare.shutdown().await;
-
-            if let Some(mosquitto) = &mosquitto {
-                let url = mosquitto.url();
-                let store = async move {
-                    LocalServer::start_with(ServerConfig::external(&url).unwrap())
-                        .await
-                        .unwrap()
-                };
-                bench_broker("mosquitto", mosquitto.port(), store, secs, &mut figures).await;
             }
         }
-        drop(mosquitto);
     });
     print_table(&figures);
 }
