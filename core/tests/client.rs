@@ -1,0 +1,99 @@
+//! The client against the local state store, on the embedded broker and on Mosquitto: every
+//! operation, 64 requests in flight, two observers, unobserve, binary and 64 KiB values, a
+//! sub-second timeout against a store that does not answer, an outage while observing. Each
+//! scenario (in `common`) runs once per broker: `<scenario>::embedded` and
+//! `<scenario>::mosquitto`.
+//!
+//! The Mosquitto runs are skipped (with a printed line) when Mosquitto is not installed,
+//! unless `MQSTATE_REQUIRE_MOSQUITTO=1`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::bounded;
+
+/// One test module per scenario, with a test per broker. `&` scenarios borrow the
+/// environment (shut down afterwards); `owned` ones take it (they stop parts of it).
+macro_rules! on_both_brokers {
+    ($($test:ident => $kind:tt $scenario:ident;)*) => {$(
+        mod $test {
+            use super::common::{self, Backend, Env, bounded};
+
+            async fn run(backend: Backend) {
+                let name = stringify!($scenario);
+                bounded(name, async {
+                    let Some(env) = Env::start(backend, name).await else {
+                        return;
+                    };
+                    on_both_brokers!(@call $kind $scenario env);
+                })
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                run(Backend::Embedded).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto() {
+                run(Backend::Mosquitto).await;
+            }
+        }
+    )*};
+    (@call & $scenario:ident $env:ident) => {{
+        common::$scenario(&$env).await;
+        $env.shutdown().await;
+    }};
+    (@call owned $scenario:ident $env:ident) => {
+        common::$scenario($env).await
+    };
+}
+
+on_both_brokers! {
+    all_operations => & all_operations;
+    concurrent_64_requests_from_one_client => & concurrent_64;
+    two_clients_observe_one_key => & two_observers;
+    unobserve_and_drop_stop_notifications => & unobserve;
+    binary_and_64_kib_values => & binary_values;
+    sub_second_timeout_when_the_store_does_not_answer => owned sub_second_timeout;
+    outage_while_observing_and_requesting => & outage_through_proxy;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_broker_limit_is_refused_before_sending() {
+    bounded("over_the_broker_limit", async {
+        use mqstate::{Client, ConnectOptions, ErrorKind, SetOptions};
+        use mqstate_server::{LocalServer, ServerConfig};
+        let server =
+            LocalServer::start_with(ServerConfig::default().with_max_packet_size(64 * 1024))
+                .await
+                .unwrap();
+        let c = Client::connect(ConnectOptions::new("127.0.0.1", server.port()))
+            .await
+            .unwrap();
+        let err = c
+            .set("big", vec![0u8; 100 * 1024], SetOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.to_string().contains("maximum packet size"), "{err}");
+        // The connection is unharmed.
+        assert!(
+            c.set("small", vec![0u8; 1024], SetOptions::default())
+                .await
+                .unwrap()
+                .applied
+        );
+        assert_eq!(c.get("small").await.unwrap().unwrap().value.len(), 1024);
+        c.close().await;
+        server.shutdown().await;
+    })
+    .await;
+}
