@@ -1,0 +1,95 @@
+"""mqstate: a client for the MQTT5 state store of Azure IoT Operations.
+
+Blocking::
+
+    import mqstate
+
+    with mqstate.Client("mqtt://127.0.0.1:1883") as client:
+        client.set("door", "open")
+        print(client.get("door"))  # b'open'
+
+asyncio::
+
+    async with mqstate.AsyncClient.connect("mqtt://127.0.0.1:1883") as client:
+        await client.set("door", "open")
+        print(await client.get("door"))
+
+Keys and values are ``bytes`` or ``str`` (UTF-8); values come back as ``bytes``, versions as
+:class:`Hlc`. Errors are :class:`Error` subclasses. Leases, locks and leader election:
+:class:`Lease`, :class:`Lock`, :class:`LeaderElection` (and their ``Async`` twins). :mod:`mqstate.testing` starts a local
+state store in-process for tests.
+"""
+
+from ._errors import (
+    ClockDrift,
+    ConnectionFailed,
+    Disconnected,
+    Error,
+    InvalidArgument,
+    Lagged,
+    MalformedHlc,
+    ServiceError,
+    TimeoutError,
+    UnexpectedPayload,
+)
+from ._native import (
+    AsyncClient,
+    AsyncLeaderElection,
+    AsyncLease,
+    AsyncLock,
+    AsyncLockGuard,
+    AsyncObservation,
+    Client,
+    Hlc,
+    LeaderElection,
+    LeadershipEvent,
+    LeadershipEvents,
+    Lease,
+    LeaseEvent,
+    LeaseEvents,
+    Lock,
+    LockGuard,
+    Notification,
+    Observation,
+    Pending,
+    SetOutcome,
+    VdelOutcome,
+    Versioned,
+    __version__,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AsyncLeaderElection",
+    "AsyncLease",
+    "AsyncLock",
+    "AsyncLockGuard",
+    "AsyncObservation",
+    "ClockDrift",
+    "Client",
+    "ConnectionFailed",
+    "Disconnected",
+    "Error",
+    "Hlc",
+    "InvalidArgument",
+    "Lagged",
+    "LeaderElection",
+    "LeadershipEvent",
+    "LeadershipEvents",
+    "Lease",
+    "LeaseEvent",
+    "LeaseEvents",
+    "Lock",
+    "LockGuard",
+    "MalformedHlc",
+    "Notification",
+    "Observation",
+    "Pending",
+    "ServiceError",
+    "SetOutcome",
+    "TimeoutError",
+    "UnexpectedPayload",
+    "VdelOutcome",
+    "Versioned",
+    "__version__",
+]

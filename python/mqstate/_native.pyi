@@ -1,0 +1,684 @@
+"""Type stubs of the native module (checked against it by ``python -m mypy.stubtest``)."""
+
+import asyncio
+import datetime
+import os
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any, Final, Generic, Literal, TypeVar, final
+
+_T = TypeVar("_T")
+#: Keys and values: ``bytes`` as they are, ``str`` as UTF-8.
+_Bytes = bytes | str
+#: A duration: seconds, or a ``datetime.timedelta``.
+_Duration = float | datetime.timedelta
+_Path = str | os.PathLike[str]
+
+__version__: Final[str]
+__all__ = [
+    "AsyncClient",
+    "AsyncLeaderElection",
+    "AsyncLease",
+    "AsyncLock",
+    "AsyncLockGuard",
+    "AsyncObservation",
+    "Client",
+    "Hlc",
+    "LeaderElection",
+    "LeadershipEvent",
+    "LeadershipEvents",
+    "Lease",
+    "LeaseEvent",
+    "LeaseEvents",
+    "LocalServer",
+    "Lock",
+    "LockGuard",
+    "Notification",
+    "Observation",
+    "Pending",
+    "SetOutcome",
+    "VdelOutcome",
+    "Versioned",
+    "_SilentBroker",
+    "__version__",
+    "_bench_rust_blocking_get",
+    "_bench_rust_get",
+]
+
+@final
+class Hlc:
+    """A hybrid logical clock value ``{ms}:{counter}:{node_id}``: a version, a fencing token.
+
+    Ordered by milliseconds, then counter, then node id; hashable; ``str()`` gives the wire form.
+    """
+
+    def __new__(cls, ms: int, counter: int, node_id: str) -> Hlc: ...
+    @staticmethod
+    def parse(text: str | bytes) -> Hlc:
+        """Parses ``{ms}:{counter}:{node_id}``; raises :class:`mqstate.MalformedHlc`."""
+
+    @property
+    def ms(self) -> int: ...
+    @property
+    def counter(self) -> int: ...
+    @property
+    def node_id(self) -> str: ...
+    def __lt__(self, other: Hlc, /) -> bool: ...
+    def __le__(self, other: Hlc, /) -> bool: ...
+    def __gt__(self, other: Hlc, /) -> bool: ...
+    def __ge__(self, other: Hlc, /) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[type[Hlc], tuple[int, int, str]]: ...
+
+@final
+class Versioned:
+    """A value with its version (from ``get_versioned``)."""
+
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def version(self) -> Hlc: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class SetOutcome:
+    """The outcome of a SET; true in a boolean context when it was applied."""
+
+    @property
+    def applied(self) -> bool:
+        """False when the ``nx`` / ``nex`` condition failed."""
+
+    @property
+    def version(self) -> Hlc:
+        """The version the server answered with (the key's new version when applied)."""
+
+    def __bool__(self) -> bool: ...
+
+@final
+class VdelOutcome:
+    """The outcome of a VDEL."""
+
+    DELETED: Final[VdelOutcome]
+    NOT_FOUND: Final[VdelOutcome]
+    VALUE_MISMATCH: Final[VdelOutcome]
+    @property
+    def deleted(self) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+
+@final
+class Notification:
+    """A change of an observed key."""
+
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def operation(self) -> Literal["set", "delete"]: ...
+    @property
+    def value(self) -> bytes | None:
+        """The new value for ``"set"``; ``None`` for ``"delete"`` (DEL, VDEL or expiry)."""
+
+    @property
+    def version(self) -> Hlc | None:
+        """The key's new version (``None`` only for a synthesized delete)."""
+
+    @property
+    def synthesized(self) -> bool:
+        """True when made up by the client after a reconnect, because the key changed meanwhile."""
+
+@final
+class Observation:
+    """The changes of one key, as a blocking iterator; ends on ``close()``, at the end of its
+    ``with`` block, when the client closes, or after ``unobserve(key)``."""
+
+    @property
+    def key(self) -> bytes: ...
+    def recv(self, timeout: _Duration | None = None) -> Notification | None:
+        """The next change, or ``None`` once ended; raises :class:`mqstate.TimeoutError`
+        when ``timeout`` passes first."""
+
+    def __iter__(self) -> Observation: ...
+    def __next__(self) -> Notification: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Observation: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+@final
+class AsyncObservation:
+    """The changes of one key, as an async iterator; ends like :class:`Observation`."""
+
+    @property
+    def key(self) -> bytes: ...
+    def __aiter__(self) -> AsyncObservation: ...
+    def __anext__(self) -> asyncio.Future[Notification]: ...
+    def close(self) -> None: ...
+    def aclose(self) -> asyncio.Future[None]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncObservation]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class Pending(Generic[_T]):
+    """Started work (a connection, an observation): ``await`` it, or use it in ``async with``."""
+
+    def __await__(self) -> Generator[Any, Any, _T]: ...
+    def __aenter__(self) -> asyncio.Future[_T]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class Client:
+    """A blocking client; thread-safe, every call releases the GIL while it waits.
+
+    ``Client(url=None, **options)`` connects to ``url`` (``mqtt://host:port`` or
+    ``mqtts://...``, default ``mqtt://127.0.0.1:1883``); keyword options override the URL's.
+    """
+
+    def __new__(
+        cls,
+        url: str | None = None,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        password_file: _Path | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        server_name: str | None = None,
+        sat_file: _Path | None = None,
+        keep_alive: _Duration | None = None,
+        session_expiry: _Duration | None = None,
+        request_timeout: _Duration | None = None,
+        connect_timeout: _Duration | None = None,
+    ) -> Client: ...
+    @staticmethod
+    def from_env(
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        password_file: _Path | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        server_name: str | None = None,
+        sat_file: _Path | None = None,
+        keep_alive: _Duration | None = None,
+        session_expiry: _Duration | None = None,
+        request_timeout: _Duration | None = None,
+        connect_timeout: _Duration | None = None,
+    ) -> Client:
+        """Connects with the ``AIO_*`` environment variables (keyword options override them)."""
+
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def state(self) -> Literal["connecting", "connected", "reconnecting", "closed"]: ...
+    @property
+    def timeout(self) -> float:
+        """This handle's request timeout, in seconds."""
+
+    def with_timeout(self, timeout: _Duration) -> Client:
+        """A handle on the same connection whose requests use ``timeout``."""
+
+    def get(self, key: _Bytes) -> bytes | None: ...
+    def get_versioned(self, key: _Bytes) -> Versioned | None: ...
+    def set(
+        self,
+        key: _Bytes,
+        value: _Bytes,
+        *,
+        nx: bool = False,
+        nex: bool = False,
+        expiry: _Duration | None = None,
+        fencing_token: Hlc | None = None,
+    ) -> SetOutcome: ...
+    def delete(self, key: _Bytes, *, fencing_token: Hlc | None = None) -> bool:
+        """True if the key existed."""
+
+    def vdel(
+        self, key: _Bytes, value: _Bytes, *, fencing_token: Hlc | None = None
+    ) -> VdelOutcome: ...
+    def observe(self, key: _Bytes) -> Observation: ...
+    def unobserve(self, key: _Bytes) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Client: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+    def _requests_in_flight(self) -> int: ...
+
+@final
+class AsyncClient:
+    """An asyncio client: methods return awaitables that run on the library's own runtime;
+    cancelling one (or the task awaiting it) cancels the request."""
+
+    @staticmethod
+    def connect(
+        url: str | None = None,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        password_file: _Path | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        server_name: str | None = None,
+        sat_file: _Path | None = None,
+        keep_alive: _Duration | None = None,
+        session_expiry: _Duration | None = None,
+        request_timeout: _Duration | None = None,
+        connect_timeout: _Duration | None = None,
+    ) -> Pending[AsyncClient]:
+        """``client = await AsyncClient.connect(url)`` or ``async with AsyncClient.connect(url) as client:``."""
+
+    @staticmethod
+    def from_env(
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        password_file: _Path | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        server_name: str | None = None,
+        sat_file: _Path | None = None,
+        keep_alive: _Duration | None = None,
+        session_expiry: _Duration | None = None,
+        request_timeout: _Duration | None = None,
+        connect_timeout: _Duration | None = None,
+    ) -> Pending[AsyncClient]: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def state(self) -> Literal["connecting", "connected", "reconnecting", "closed"]: ...
+    @property
+    def timeout(self) -> float: ...
+    def with_timeout(self, timeout: _Duration) -> AsyncClient: ...
+    def get(self, key: _Bytes) -> asyncio.Future[bytes | None]: ...
+    def get_versioned(self, key: _Bytes) -> asyncio.Future[Versioned | None]: ...
+    def set(
+        self,
+        key: _Bytes,
+        value: _Bytes,
+        *,
+        nx: bool = False,
+        nex: bool = False,
+        expiry: _Duration | None = None,
+        fencing_token: Hlc | None = None,
+    ) -> asyncio.Future[SetOutcome]: ...
+    def delete(
+        self, key: _Bytes, *, fencing_token: Hlc | None = None
+    ) -> asyncio.Future[bool]: ...
+    def vdel(
+        self, key: _Bytes, value: _Bytes, *, fencing_token: Hlc | None = None
+    ) -> asyncio.Future[VdelOutcome]: ...
+    def observe(self, key: _Bytes) -> Pending[AsyncObservation]:
+        """``changes = await client.observe(key)`` or ``async with client.observe(key) as changes:``."""
+
+    def unobserve(self, key: _Bytes) -> asyncio.Future[None]: ...
+    def close(self) -> asyncio.Future[None]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncClient]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+    def _requests_in_flight(self) -> int: ...
+
+@final
+class LeaseEvent:
+    """What happened to a lease."""
+
+    @property
+    def kind(self) -> Literal["acquired", "renewed", "lost", "released", "unknown"]: ...
+    @property
+    def token(self) -> Hlc | None:
+        """The new fencing token (``"acquired"``, ``"renewed"``)."""
+
+    @property
+    def reason(self) -> str | None:
+        """Why the lease was lost (``"lost"``)."""
+
+@final
+class LeadershipEvent:
+    """What a candidate learns about an election."""
+
+    @property
+    def kind(
+        self,
+    ) -> Literal["elected", "renewed", "lost", "resigned", "new_leader", "unknown"]: ...
+    @property
+    def token(self) -> Hlc | None:
+        """This candidate's new fencing token (``"elected"``, ``"renewed"``)."""
+
+    @property
+    def reason(self) -> str | None:
+        """Why the leadership was lost (``"lost"``)."""
+
+    @property
+    def leader(self) -> bytes | None:
+        """The new leader (``"new_leader"``); ``None`` when nobody leads."""
+
+@final
+class LeaseEvents:
+    """A lease's events: ``for`` / ``recv()`` (blocking) or ``async for``; ends on ``close()``
+    or at the end of its ``with`` / ``async with`` block."""
+
+    def recv(self, timeout: _Duration | None = None) -> LeaseEvent | None: ...
+    def __iter__(self) -> LeaseEvents: ...
+    def __next__(self) -> LeaseEvent: ...
+    def __aiter__(self) -> LeaseEvents: ...
+    def __anext__(self) -> asyncio.Future[LeaseEvent]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> LeaseEvents: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+    def __aenter__(self) -> asyncio.Future[LeaseEvents]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class LeadershipEvents:
+    """An election's events, seen by one candidate; used like :class:`LeaseEvents`."""
+
+    def recv(self, timeout: _Duration | None = None) -> LeadershipEvent | None: ...
+    def __iter__(self) -> LeadershipEvents: ...
+    def __next__(self) -> LeadershipEvent: ...
+    def __aiter__(self) -> LeadershipEvents: ...
+    def __anext__(self) -> asyncio.Future[LeadershipEvent]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> LeadershipEvents: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+    def __aenter__(self) -> asyncio.Future[LeadershipEvents]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class Lease:
+    """A lease on a key (blocking): one holder at a time, for a ttl the holder renews."""
+
+    def __new__(
+        cls, client: Client, name: _Bytes, holder: _Bytes, *, session_id: _Bytes | None = None
+    ) -> Lease: ...
+    @property
+    def name(self) -> bytes: ...
+    @property
+    def holder_value(self) -> bytes:
+        """``holder``, or ``holder:session_id``."""
+
+    @property
+    def token(self) -> Hlc | None:
+        """The fencing token while the lease is believed held."""
+
+    def auto_renew(self, fraction: float = 0.5) -> None: ...
+    def stop_renewal(self) -> None: ...
+    def events(self) -> LeaseEvents: ...
+    def acquire(self, ttl: _Duration) -> Hlc | None:
+        """Tries once: the token, or ``None`` if someone else holds the lease."""
+
+    def acquire_wait(self, ttl: _Duration, timeout: _Duration) -> Hlc: ...
+    def renew(self) -> Hlc | None: ...
+    def release(self) -> bool: ...
+    def holder(self) -> bytes | None: ...
+    def __enter__(self) -> Lease: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+@final
+class AsyncLease:
+    """A lease on a key (asyncio)."""
+
+    def __new__(
+        cls,
+        client: AsyncClient,
+        name: _Bytes,
+        holder: _Bytes,
+        *,
+        session_id: _Bytes | None = None,
+    ) -> AsyncLease: ...
+    @property
+    def name(self) -> bytes: ...
+    @property
+    def holder_value(self) -> bytes: ...
+    @property
+    def token(self) -> Hlc | None: ...
+    def auto_renew(self, fraction: float = 0.5) -> None: ...
+    def stop_renewal(self) -> None: ...
+    def events(self) -> LeaseEvents: ...
+    def acquire(self, ttl: _Duration) -> asyncio.Future[Hlc | None]: ...
+    def acquire_wait(self, ttl: _Duration, timeout: _Duration) -> asyncio.Future[Hlc]: ...
+    def renew(self) -> asyncio.Future[Hlc | None]: ...
+    def release(self) -> asyncio.Future[bool]: ...
+    def holder(self) -> asyncio.Future[bytes | None]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncLease]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class LockGuard:
+    """A held lock: ``token`` fences the writes it protects."""
+
+    @property
+    def token(self) -> Hlc: ...
+    @property
+    def held(self) -> bool: ...
+    def release(self) -> bool: ...
+    def __enter__(self) -> LockGuard: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+@final
+class AsyncLockGuard:
+    """A held lock (asyncio)."""
+
+    @property
+    def token(self) -> Hlc: ...
+    @property
+    def held(self) -> bool: ...
+    def release(self) -> asyncio.Future[bool]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncLockGuard]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class Lock:
+    """A lock (blocking): ``with lock.acquire(ttl, timeout) as guard:``."""
+
+    def __new__(cls, client: Client, name: _Bytes, holder: _Bytes) -> Lock: ...
+    @property
+    def name(self) -> bytes: ...
+    def acquire(self, ttl: _Duration, timeout: _Duration) -> LockGuard: ...
+    def holder(self) -> bytes | None: ...
+
+@final
+class AsyncLock:
+    """A lock (asyncio): ``async with lock.acquire(ttl, timeout) as guard:``."""
+
+    def __new__(cls, client: AsyncClient, name: _Bytes, holder: _Bytes) -> AsyncLock: ...
+    @property
+    def name(self) -> bytes: ...
+    def acquire(self, ttl: _Duration, timeout: _Duration) -> Pending[AsyncLockGuard]: ...
+    def holder(self) -> asyncio.Future[bytes | None]: ...
+
+@final
+class LeaderElection:
+    """Leader election (blocking): the leader holds the election's lease, renewed for it."""
+
+    def __new__(
+        cls,
+        client: Client,
+        election: _Bytes,
+        candidate: _Bytes,
+        *,
+        renew_fraction: float = 0.5,
+    ) -> LeaderElection: ...
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def token(self) -> Hlc | None: ...
+    def campaign(self, term: _Duration, timeout: _Duration) -> Hlc: ...
+    def try_campaign(self, term: _Duration) -> Hlc | None: ...
+    def resign(self) -> bool: ...
+    def leader(self) -> bytes | None: ...
+    def events(self) -> LeadershipEvents: ...
+    def __enter__(self) -> LeaderElection: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+@final
+class AsyncLeaderElection:
+    """Leader election (asyncio)."""
+
+    def __new__(
+        cls,
+        client: AsyncClient,
+        election: _Bytes,
+        candidate: _Bytes,
+        *,
+        renew_fraction: float = 0.5,
+    ) -> AsyncLeaderElection: ...
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def token(self) -> Hlc | None: ...
+    def campaign(self, term: _Duration, timeout: _Duration) -> asyncio.Future[Hlc]: ...
+    def try_campaign(self, term: _Duration) -> asyncio.Future[Hlc | None]: ...
+    def resign(self) -> asyncio.Future[bool]: ...
+    def leader(self) -> asyncio.Future[bytes | None]: ...
+    def events(self) -> Pending[LeadershipEvents]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncLeaderElection]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> asyncio.Future[bool]: ...
+
+@final
+class LocalServer:
+    """A local state store (embedded MQTT5 broker + store) in this process, on 127.0.0.1."""
+
+    def __new__(cls, *, port: int = 0, max_keys: int | None = None) -> LocalServer: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def url(self) -> str:
+        """``mqtt://127.0.0.1:PORT``."""
+
+    @property
+    def running(self) -> bool: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> LocalServer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> bool: ...
+
+@final
+class _SilentBroker:
+    """Test-only: a broker with no state store behind it (requests stay unanswered)."""
+
+    def __new__(cls) -> _SilentBroker: ...
+    @property
+    def url(self) -> str: ...
+    def stop(self) -> None: ...
+
+def _bench_rust_get(url: str, n: int, depth: int, key: str = "mqstate-bench") -> float:
+    """Benchmark helper: GETs per second of a Rust client, ``depth`` in flight."""
+
+def _bench_rust_blocking_get(url: str, n: int, key: str = "mqstate-bench") -> float:
+    """Benchmark helper: GETs per second of a Rust blocking client, one at a time."""

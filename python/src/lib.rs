@@ -1,0 +1,53 @@
+//! `mqstate._native`: the native module of the Python package `mqstate` (see `python/mqstate`).
+//!
+//! A thin layer over the Rust client (`mqstate`): every protocol rule lives there. This crate
+//! converts arguments and results, runs the client on the library's own tokio runtime, waits
+//! for it with the GIL released (`Client`) or through asyncio futures (`AsyncClient`), and
+//! turns `mqstate::Error` into the exception classes of `mqstate/_errors.py`.
+
+mod aio;
+mod bench;
+mod client;
+mod convert;
+mod errors;
+mod lock;
+mod observe;
+mod options;
+mod runtime;
+mod stream;
+mod testing;
+mod types;
+
+use pyo3::prelude::*;
+
+#[pymodule(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<client::Client>()?;
+    m.add_class::<client::AsyncClient>()?;
+    m.add_class::<aio::Pending>()?;
+    m.add_class::<observe::Observation>()?;
+    m.add_class::<observe::AsyncObservation>()?;
+    m.add_class::<types::Hlc>()?;
+    m.add_class::<types::Versioned>()?;
+    m.add_class::<types::SetOutcome>()?;
+    m.add_class::<types::VdelOutcome>()?;
+    m.add_class::<types::Notification>()?;
+    m.add_class::<lock::Lease>()?;
+    m.add_class::<lock::AsyncLease>()?;
+    m.add_class::<lock::LeaseEvent>()?;
+    m.add_class::<lock::LeaseEvents>()?;
+    m.add_class::<lock::Lock>()?;
+    m.add_class::<lock::AsyncLock>()?;
+    m.add_class::<lock::LockGuard>()?;
+    m.add_class::<lock::AsyncLockGuard>()?;
+    m.add_class::<lock::LeaderElection>()?;
+    m.add_class::<lock::AsyncLeaderElection>()?;
+    m.add_class::<lock::LeadershipEvent>()?;
+    m.add_class::<lock::LeadershipEvents>()?;
+    m.add_class::<testing::LocalServer>()?;
+    m.add_class::<testing::SilentBroker>()?;
+    m.add_function(wrap_pyfunction!(bench::_bench_rust_get, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_bench_rust_blocking_get, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,1059 @@
+//! Leases, locks and leader election (`mqstate::lock`), blocking (`Lease`, `Lock`,
+//! `LeaderElection`) and asyncio (`AsyncLease`, `AsyncLock`, `AsyncLeaderElection`), with
+//! their event streams (`LeaseEvents`, `LeadershipEvents`, usable with `for` and
+//! `async for`). Every rule (NEX sets, renewal, fencing tokens) lives in the core.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use mqstate::lock as core;
+
+use crate::aio::{self, Pending};
+use crate::client::{AsyncClient, Client};
+use crate::convert::{BytesOut, bytes_arg, positive_duration_arg};
+use crate::errors::{self, OrRaise};
+use crate::observe::next_to_py;
+use crate::runtime::{runtime, wait};
+use crate::stream::StreamState;
+use crate::types::{Hlc, hlc};
+
+fn renew_fraction_arg(py: Python<'_>, fraction: f64) -> PyResult<f64> {
+    // Checked here as well as in the core: there it is only checked once the lease is held.
+    if fraction > 0.0 && fraction < 1.0 {
+        Ok(fraction)
+    } else {
+        Err(errors::invalid_argument(
+            py,
+            format!("renew_fraction must be between 0 and 1 (exclusive), not {fraction}"),
+        ))
+    }
+}
+
+fn new_lease(
+    client: &mqstate::Client,
+    name: &Bound<'_, PyAny>,
+    holder: &Bound<'_, PyAny>,
+    session_id: Option<&Bound<'_, PyAny>>,
+) -> PyResult<core::Lease> {
+    let lease = core::Lease::new(
+        client,
+        bytes_arg(name, "name")?,
+        bytes_arg(holder, "holder")?,
+    );
+    Ok(match session_id {
+        Some(session) => lease.with_session_id(bytes_arg(session, "session_id")?),
+        None => lease,
+    })
+}
+
+fn lease_repr(kind: &str, lease: &core::Lease) -> String {
+    format!(
+        "<mqstate.{kind} name={:?} holder={:?} token={}>",
+        String::from_utf8_lossy(lease.name()),
+        String::from_utf8_lossy(lease.holder_value()),
+        lease
+            .current_token()
+            .map_or_else(|| "None".to_owned(), |t| t.to_string())
+    )
+}
+
+// ----------------------------------------------------------------------------------------
+// Events
+
+/// What happened to a lease: `kind` is `"acquired"`, `"renewed"`, `"lost"` or `"released"`.
+#[pyclass(module = "mqstate", frozen)]
+#[derive(Debug)]
+pub(crate) struct LeaseEvent {
+    #[pyo3(get)]
+    kind: &'static str,
+    /// The new fencing token (`"acquired"`, `"renewed"`).
+    #[pyo3(get)]
+    token: Option<Py<Hlc>>,
+    /// Why the lease was lost (`"lost"`).
+    #[pyo3(get)]
+    reason: Option<String>,
+}
+
+#[pymethods]
+impl LeaseEvent {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        event_repr(
+            py,
+            "LeaseEvent",
+            self.kind,
+            self.token.as_ref(),
+            self.reason.as_deref(),
+            None,
+        )
+    }
+}
+
+fn lease_event<'py>(py: Python<'py>, event: core::LeaseEvent) -> PyResult<Bound<'py, PyAny>> {
+    let (kind, token, reason) = match event {
+        core::LeaseEvent::Acquired(t) => ("acquired", Some(t), None),
+        core::LeaseEvent::Renewed(t) => ("renewed", Some(t), None),
+        core::LeaseEvent::Lost { reason } => ("lost", None, Some(reason)),
+        core::LeaseEvent::Released => ("released", None, None),
+        // The core may add kinds; say so rather than fail.
+        _ => ("unknown", None, None),
+    };
+    let token = token.map(|t| hlc(py, t)).transpose()?;
+    Ok(Bound::new(
+        py,
+        LeaseEvent {
+            kind,
+            token,
+            reason,
+        },
+    )?
+    .into_any())
+}
+
+/// What a candidate learns about an election: `kind` is `"elected"`, `"renewed"`,
+/// `"lost"`, `"resigned"` (this candidate) or `"new_leader"` (another one, or none).
+#[pyclass(module = "mqstate", frozen)]
+#[derive(Debug)]
+pub(crate) struct LeadershipEvent {
+    #[pyo3(get)]
+    kind: &'static str,
+    /// This candidate's new fencing token (`"elected"`, `"renewed"`).
+    #[pyo3(get)]
+    token: Option<Py<Hlc>>,
+    /// Why the leadership was lost (`"lost"`).
+    #[pyo3(get)]
+    reason: Option<String>,
+    /// The new leader (`"new_leader"`); `None` when nobody leads.
+    #[pyo3(get)]
+    leader: Option<Py<PyBytes>>,
+}
+
+#[pymethods]
+impl LeadershipEvent {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        event_repr(
+            py,
+            "LeadershipEvent",
+            self.kind,
+            self.token.as_ref(),
+            self.reason.as_deref(),
+            self.leader.as_ref(),
+        )
+    }
+}
+
+fn leadership_event<'py>(
+    py: Python<'py>,
+    event: core::LeadershipEvent,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (kind, token, reason, leader) = match event {
+        core::LeadershipEvent::Elected(t) => ("elected", Some(t), None, None),
+        core::LeadershipEvent::Renewed(t) => ("renewed", Some(t), None, None),
+        core::LeadershipEvent::Lost { reason } => ("lost", None, Some(reason), None),
+        core::LeadershipEvent::Resigned => ("resigned", None, None, None),
+        core::LeadershipEvent::NewLeader(leader) => ("new_leader", None, None, leader),
+        _ => ("unknown", None, None, None),
+    };
+    let token = token.map(|t| hlc(py, t)).transpose()?;
+    let leader = leader.map(|l| PyBytes::new(py, &l).unbind());
+    Ok(Bound::new(
+        py,
+        LeadershipEvent {
+            kind,
+            token,
+            reason,
+            leader,
+        },
+    )?
+    .into_any())
+}
+
+fn event_repr(
+    py: Python<'_>,
+    class: &str,
+    kind: &str,
+    token: Option<&Py<Hlc>>,
+    reason: Option<&str>,
+    leader: Option<&Py<PyBytes>>,
+) -> PyResult<String> {
+    let mut out = format!("{class}(kind={kind:?}");
+    if let Some(token) = token {
+        out.push_str(&format!(", token={}", token.bind(py).repr()?));
+    }
+    if let Some(reason) = reason {
+        out.push_str(&format!(", reason={reason:?}"));
+    }
+    if let Some(leader) = leader {
+        out.push_str(&format!(", leader={}", leader.bind(py).repr()?));
+    }
+    out.push(')');
+    Ok(out)
+}
+
+/// An event stream usable both ways: `recv()` / `for` (blocking, GIL released) and
+/// `async for` (asyncio). It ends on `close()`, at the end of its `with` / `async with`
+/// block, or when the lease / election (and its client) is gone.
+macro_rules! event_stream {
+    ($name:ident, $py_name:literal, $source:ty, $event:ident, $convert:ident) => {
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            state: Arc<StreamState<$source>>,
+        }
+
+        impl $name {
+            fn new(source: $source) -> Self {
+                $name {
+                    state: StreamState::new(source),
+                }
+            }
+        }
+
+        #[pymethods]
+        impl $name {
+            /// The next event, or `None` once the stream has ended; with a timeout (seconds
+            /// or a timedelta), raises `mqstate.TimeoutError` when none came in time.
+            #[pyo3(signature = (timeout = None))]
+            fn recv<'py>(
+                &self,
+                py: Python<'py>,
+                timeout: Option<&Bound<'py, PyAny>>,
+            ) -> PyResult<Option<Bound<'py, $event>>> {
+                let timeout = timeout
+                    .map(|t| crate::convert::duration_arg(t, "timeout"))
+                    .transpose()?;
+                let next = wait(py, self.state.clone().next(timeout))?;
+                let out = next_to_py(py, next, false, $convert)?;
+                if out.is_none() {
+                    return Ok(None);
+                }
+                Ok(Some(out.cast_into::<$event>()?))
+            }
+
+            fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+                slf
+            }
+
+            fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, $event>>> {
+                self.recv(py, None)
+            }
+
+            fn __aiter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+                slf
+            }
+
+            fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                aio::spawn_next(py, self.state.clone(), |py, next| {
+                    next_to_py(py, next, true, $convert)
+                })
+            }
+
+            /// Ends the stream (idempotent; returns at once).
+            fn close(&self) {
+                self.state.close();
+            }
+
+            fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+                slf
+            }
+
+            #[pyo3(signature = (*_exc_info))]
+            fn __exit__(&self, _exc_info: &Bound<'_, PyTuple>) -> bool {
+                self.state.close();
+                false
+            }
+
+            fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                aio::ready(slf.py(), slf.clone())
+            }
+
+            #[pyo3(signature = (*_exc_info))]
+            fn __aexit__<'py>(
+                &self,
+                py: Python<'py>,
+                _exc_info: &Bound<'py, PyTuple>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                self.state.close();
+                aio::ready(py, false)
+            }
+
+            fn __repr__(&self) -> String {
+                format!(
+                    "<mqstate.{}{}>",
+                    $py_name,
+                    if self.state.is_closed() {
+                        " closed"
+                    } else {
+                        ""
+                    }
+                )
+            }
+        }
+    };
+}
+
+event_stream!(
+    LeaseEvents,
+    "LeaseEvents",
+    core::LeaseEvents,
+    LeaseEvent,
+    lease_event
+);
+event_stream!(
+    LeadershipEvents,
+    "LeadershipEvents",
+    core::LeadershipEvents,
+    LeadershipEvent,
+    leadership_event
+);
+
+// ----------------------------------------------------------------------------------------
+// Leases
+
+/// A lease on a key (blocking): at most one holder at a time, for a time-to-live that the
+/// holder renews. The token of each acquire or renewal fences writes (`fencing_token=`).
+#[pyclass(module = "mqstate", name = "Lease", frozen)]
+#[derive(Debug)]
+pub(crate) struct Lease {
+    inner: core::Lease,
+}
+
+#[pymethods]
+impl Lease {
+    #[new]
+    #[pyo3(signature = (client, name, holder, *, session_id = None))]
+    fn new(
+        client: &Bound<'_, Client>,
+        name: &Bound<'_, PyAny>,
+        holder: &Bound<'_, PyAny>,
+        session_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        Ok(Lease {
+            inner: new_lease(&client.get().inner, name, holder, session_id)?,
+        })
+    }
+
+    /// The lease's key.
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.name())
+    }
+
+    /// The value this lease writes when it holds the key (`holder`, or
+    /// `holder:session_id`).
+    #[getter]
+    fn holder_value<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.holder_value())
+    }
+
+    /// The fencing token of the last acquire or renewal while the lease is believed
+    /// held, else `None`.
+    #[getter]
+    fn token(&self) -> Option<Hlc> {
+        self.inner.current_token().map(Hlc)
+    }
+
+    /// Renews the lease in the background every `fraction` × ttl; stops (with a
+    /// `"lost"` event) at the first failure or when someone else takes the key.
+    #[pyo3(signature = (fraction = 0.5))]
+    fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
+        let fraction = renew_fraction_arg(py, fraction)?;
+        // The renewal task is spawned on the library's runtime.
+        let _context = runtime().enter();
+        self.inner.auto_renew(fraction).or_raise(py)
+    }
+
+    /// Stops the automatic renewal (the lease stays held until its ttl passes).
+    fn stop_renewal(&self) {
+        self.inner.stop_renewal();
+    }
+
+    /// The lease's events from now on (acquired, renewed, lost, released).
+    fn events(&self) -> LeaseEvents {
+        LeaseEvents::new(self.inner.events())
+    }
+
+    /// Tries once: the fencing token if the lease is held now (newly, or renewed), `None`
+    /// if someone else holds it.
+    fn acquire(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<Option<Hlc>> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let token = wait(py, self.inner.acquire(ttl))?.or_raise(py)?;
+        Ok(token.map(Hlc))
+    }
+
+    /// Acquires the lease, waiting up to `timeout` for the holder to release it or for its
+    /// lease to expire (woken by a notification, not by polling); raises
+    /// `mqstate.TimeoutError` if it could not be had in time.
+    fn acquire_wait(
+        &self,
+        py: Python<'_>,
+        ttl: &Bound<'_, PyAny>,
+        timeout: &Bound<'_, PyAny>,
+    ) -> PyResult<Hlc> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        wait(py, self.inner.acquire_wait(ttl, timeout))?
+            .or_raise(py)
+            .map(Hlc)
+    }
+
+    /// Renews with the ttl of the last acquire: the new token, or `None` if the lease was
+    /// lost to someone else.
+    fn renew(&self, py: Python<'_>) -> PyResult<Option<Hlc>> {
+        let token = wait(py, self.inner.renew())?.or_raise(py)?;
+        Ok(token.map(Hlc))
+    }
+
+    /// Gives the lease up (stops the renewal); true if this holder held it.
+    fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        wait(py, self.inner.release())?.or_raise(py)
+    }
+
+    /// Who holds the lease now (`None` if nobody).
+    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let holder = wait(py, self.inner.holder())?.or_raise(py)?;
+        Ok(holder.map(|h| PyBytes::new(py, &h)))
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Releases the lease if it is held.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.inner.stop_renewal();
+        if self.inner.current_token().is_some() {
+            self.release(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        lease_repr("Lease", &self.inner)
+    }
+}
+
+/// A lease on a key (asyncio): the methods of `Lease`, as awaitables.
+#[pyclass(module = "mqstate", name = "AsyncLease", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncLease {
+    inner: core::Lease,
+}
+
+#[pymethods]
+impl AsyncLease {
+    #[new]
+    #[pyo3(signature = (client, name, holder, *, session_id = None))]
+    fn new(
+        client: &Bound<'_, AsyncClient>,
+        name: &Bound<'_, PyAny>,
+        holder: &Bound<'_, PyAny>,
+        session_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        Ok(AsyncLease {
+            inner: new_lease(&client.get().inner, name, holder, session_id)?,
+        })
+    }
+
+    /// The lease's key.
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.name())
+    }
+
+    /// The value this lease writes when it holds the key (`holder`, or
+    /// `holder:session_id`).
+    #[getter]
+    fn holder_value<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.holder_value())
+    }
+
+    /// The fencing token of the last acquire or renewal while the lease is believed
+    /// held, else `None`.
+    #[getter]
+    fn token(&self) -> Option<Hlc> {
+        self.inner.current_token().map(Hlc)
+    }
+
+    /// Renews the lease in the background every `fraction` × ttl; stops (with a
+    /// `"lost"` event) at the first failure or when someone else takes the key.
+    #[pyo3(signature = (fraction = 0.5))]
+    fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
+        let fraction = renew_fraction_arg(py, fraction)?;
+        // The renewal task is spawned on the library's runtime.
+        let _context = runtime().enter();
+        self.inner.auto_renew(fraction).or_raise(py)
+    }
+
+    /// Stops the automatic renewal (the lease stays held until its ttl passes).
+    fn stop_renewal(&self) {
+        self.inner.stop_renewal();
+    }
+
+    /// The lease's events from now on (acquired, renewed, lost, released).
+    fn events(&self) -> LeaseEvents {
+        LeaseEvents::new(self.inner.events())
+    }
+
+    fn acquire<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let lease = self.inner.clone();
+        aio::spawn(
+            py,
+            async move { lease.acquire(ttl).await.map(|t| t.map(Hlc)) },
+        )
+    }
+
+    fn acquire_wait<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: &Bound<'py, PyAny>,
+        timeout: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let lease = self.inner.clone();
+        aio::spawn(py, async move {
+            lease.acquire_wait(ttl, timeout).await.map(Hlc)
+        })
+    }
+
+    fn renew<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        aio::spawn(py, async move { lease.renew().await.map(|t| t.map(Hlc)) })
+    }
+
+    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        aio::spawn(py, async move { lease.release().await })
+    }
+
+    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lease = self.inner.clone();
+        aio::spawn(
+            py,
+            async move { lease.holder().await.map(|h| h.map(BytesOut)) },
+        )
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        aio::ready(slf.py(), slf.clone())
+    }
+
+    /// Releases the lease if it is held.
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.stop_renewal();
+        let lease = self.inner.clone();
+        aio::spawn(py, async move {
+            if lease.current_token().is_some() {
+                lease.release().await?;
+            }
+            Ok(false)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        lease_repr("AsyncLease", &self.inner)
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Locks
+
+/// The held core guard; dropping it releases the lock in the background.
+#[derive(Debug)]
+struct GuardSlot(Mutex<Option<core::LockGuard>>);
+
+impl GuardSlot {
+    fn take(&self) -> Option<core::LockGuard> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn held(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+}
+
+impl Drop for GuardSlot {
+    fn drop(&mut self) {
+        if let Some(guard) = self.take() {
+            // The core guard releases on drop when a runtime is at hand: give it ours.
+            let _context = runtime().enter();
+            drop(guard);
+        }
+    }
+}
+
+/// A held lock (blocking): `token` fences the writes it protects; `release()` or the end of
+/// its `with` block releases it (dropping it releases it in the background).
+#[pyclass(module = "mqstate", name = "LockGuard", frozen)]
+#[derive(Debug)]
+pub(crate) struct LockGuard {
+    guard: GuardSlot,
+    token: mqstate::Hlc,
+}
+
+#[pymethods]
+impl LockGuard {
+    #[getter]
+    fn token(&self) -> Hlc {
+        Hlc(self.token.clone())
+    }
+
+    /// Whether this guard has not been released yet.
+    #[getter]
+    fn held(&self) -> bool {
+        self.guard.held()
+    }
+
+    /// Releases the lock (idempotent): true if it was still ours.
+    fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        match self.guard.take() {
+            Some(guard) => wait(py, guard.unlock())?.or_raise(py),
+            None => Ok(false),
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<mqstate.LockGuard token={}{}>",
+            self.token,
+            if self.guard.held() { "" } else { " released" }
+        )
+    }
+}
+
+/// A held lock (asyncio): like `LockGuard`, with `await release()` and `async with`.
+#[pyclass(module = "mqstate", name = "AsyncLockGuard", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncLockGuard {
+    guard: Arc<GuardSlot>,
+    token: mqstate::Hlc,
+}
+
+impl AsyncLockGuard {
+    /// Releases; the awaitable gives whether the lock was still ours, or `False` for
+    /// `__aexit__` (`exiting`), which must not swallow the block's exception.
+    fn release_future<'py>(&self, py: Python<'py>, exiting: bool) -> PyResult<Bound<'py, PyAny>> {
+        let guard = self.guard.take();
+        aio::spawn(py, async move {
+            let released = match guard {
+                Some(guard) => guard.unlock().await?,
+                None => false,
+            };
+            Ok(released && !exiting)
+        })
+    }
+}
+
+#[pymethods]
+impl AsyncLockGuard {
+    #[getter]
+    fn token(&self) -> Hlc {
+        Hlc(self.token.clone())
+    }
+
+    #[getter]
+    fn held(&self) -> bool {
+        self.guard.held()
+    }
+
+    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.release_future(py, false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        aio::ready(slf.py(), slf.clone())
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.release_future(py, true)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<mqstate.AsyncLockGuard token={}{}>",
+            self.token,
+            if self.guard.held() { "" } else { " released" }
+        )
+    }
+}
+
+/// A lock (blocking): a lease used as a mutex between holders (give each concurrent user its
+/// own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.
+#[pyclass(module = "mqstate", name = "Lock", frozen)]
+#[derive(Debug)]
+pub(crate) struct Lock {
+    inner: core::Lock,
+}
+
+#[pymethods]
+impl Lock {
+    #[new]
+    fn new(
+        client: &Bound<'_, Client>,
+        name: &Bound<'_, PyAny>,
+        holder: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Lock {
+            inner: core::Lock::new(
+                &client.get().inner,
+                bytes_arg(name, "name")?,
+                bytes_arg(holder, "holder")?,
+            ),
+        })
+    }
+
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.lease().name())
+    }
+
+    /// Takes the lock for `ttl`, waiting up to `timeout` for it (`mqstate.TimeoutError`).
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        ttl: &Bound<'_, PyAny>,
+        timeout: &Bound<'_, PyAny>,
+    ) -> PyResult<LockGuard> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
+        Ok(LockGuard {
+            token: guard.token().clone(),
+            guard: GuardSlot(Mutex::new(Some(guard))),
+        })
+    }
+
+    /// Who holds the lock now (`None` if nobody).
+    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let holder = wait(py, self.inner.lease().holder())?.or_raise(py)?;
+        Ok(holder.map(|h| PyBytes::new(py, &h)))
+    }
+
+    fn __repr__(&self) -> String {
+        lease_repr("Lock", self.inner.lease())
+    }
+}
+
+/// A lock (asyncio): `async with lock.acquire(ttl, timeout) as guard:`.
+#[pyclass(module = "mqstate", name = "AsyncLock", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncLock {
+    inner: core::Lock,
+}
+
+#[pymethods]
+impl AsyncLock {
+    #[new]
+    fn new(
+        client: &Bound<'_, AsyncClient>,
+        name: &Bound<'_, PyAny>,
+        holder: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(AsyncLock {
+            inner: core::Lock::new(
+                &client.get().inner,
+                bytes_arg(name, "name")?,
+                bytes_arg(holder, "holder")?,
+            ),
+        })
+    }
+
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.lease().name())
+    }
+
+    /// `guard = await lock.acquire(ttl, timeout)` or
+    /// `async with lock.acquire(ttl, timeout) as guard:`.
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        ttl: &Bound<'_, PyAny>,
+        timeout: &Bound<'_, PyAny>,
+    ) -> PyResult<Pending> {
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let lock = self.inner.clone();
+        let future = aio::spawn(py, async move {
+            let guard = lock.lock(ttl, timeout).await?;
+            Ok(AsyncLockGuard {
+                token: guard.token().clone(),
+                guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
+            })
+        })?;
+        Ok(Pending::new(future))
+    }
+
+    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lock = self.inner.clone();
+        aio::spawn(py, async move {
+            lock.lease().holder().await.map(|h| h.map(BytesOut))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        lease_repr("AsyncLock", self.inner.lease())
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Leader election
+
+fn new_election(
+    py: Python<'_>,
+    client: &mqstate::Client,
+    election: &Bound<'_, PyAny>,
+    candidate: &Bound<'_, PyAny>,
+    renew_fraction: f64,
+) -> PyResult<core::LeaderElection> {
+    Ok(core::LeaderElection::new(
+        client,
+        bytes_arg(election, "election")?,
+        bytes_arg(candidate, "candidate")?,
+    )
+    .with_renew_fraction(renew_fraction_arg(py, renew_fraction)?))
+}
+
+fn election_repr(kind: &str, election: &core::LeaderElection) -> String {
+    format!(
+        "<mqstate.{kind} election={:?} candidate={:?} leading={}>",
+        String::from_utf8_lossy(election.lease().name()),
+        String::from_utf8_lossy(election.lease().holder_value()),
+        if election.is_leader() {
+            "True"
+        } else {
+            "False"
+        }
+    )
+}
+
+/// Leader election (blocking): the leader holds the election's lease and renews it
+/// automatically; the others wait for it.
+#[pyclass(module = "mqstate", name = "LeaderElection", frozen)]
+#[derive(Debug)]
+pub(crate) struct LeaderElection {
+    inner: core::LeaderElection,
+}
+
+#[pymethods]
+impl LeaderElection {
+    #[new]
+    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
+    fn new(
+        py: Python<'_>,
+        client: &Bound<'_, Client>,
+        election: &Bound<'_, PyAny>,
+        candidate: &Bound<'_, PyAny>,
+        renew_fraction: f64,
+    ) -> PyResult<Self> {
+        Ok(LeaderElection {
+            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
+        })
+    }
+
+    /// True while this candidate believes it leads.
+    #[getter]
+    fn is_leader(&self) -> bool {
+        self.inner.is_leader()
+    }
+
+    /// This candidate's fencing token while it leads, else `None`.
+    #[getter]
+    fn token(&self) -> Option<Hlc> {
+        self.inner.lease().current_token().map(Hlc)
+    }
+
+    /// Campaigns until elected (the token) or `timeout` passes (`mqstate.TimeoutError`);
+    /// the term is then renewed automatically until `resign()` or a loss.
+    fn campaign(
+        &self,
+        py: Python<'_>,
+        term: &Bound<'_, PyAny>,
+        timeout: &Bound<'_, PyAny>,
+    ) -> PyResult<Hlc> {
+        let term = positive_duration_arg(term, "term")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        wait(py, self.inner.campaign(term, timeout))?
+            .or_raise(py)
+            .map(Hlc)
+    }
+
+    /// Tries once: the token if elected, else `None`.
+    fn try_campaign(&self, py: Python<'_>, term: &Bound<'_, PyAny>) -> PyResult<Option<Hlc>> {
+        let term = positive_duration_arg(term, "term")?;
+        let token = wait(py, self.inner.try_campaign(term))?.or_raise(py)?;
+        Ok(token.map(Hlc))
+    }
+
+    /// Steps down (stops renewing, releases the election key); true if this candidate led.
+    fn resign(&self, py: Python<'_>) -> PyResult<bool> {
+        wait(py, self.inner.resign())?.or_raise(py)
+    }
+
+    /// The current leader, `None` if there is none.
+    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let leader = wait(py, self.inner.leader())?.or_raise(py)?;
+        Ok(leader.map(|l| PyBytes::new(py, &l)))
+    }
+
+    /// The leadership changes from now on: this candidate's own and other leaders.
+    fn events(&self, py: Python<'_>) -> PyResult<LeadershipEvents> {
+        let events = wait(py, self.inner.events())?.or_raise(py)?;
+        Ok(LeadershipEvents::new(events))
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Resigns if leading.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.inner.lease().stop_renewal();
+        if self.inner.is_leader() {
+            self.resign(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        election_repr("LeaderElection", &self.inner)
+    }
+}
+
+/// Leader election (asyncio): the methods of `LeaderElection`, as awaitables.
+#[pyclass(module = "mqstate", name = "AsyncLeaderElection", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncLeaderElection {
+    inner: core::LeaderElection,
+}
+
+#[pymethods]
+impl AsyncLeaderElection {
+    #[new]
+    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
+    fn new(
+        py: Python<'_>,
+        client: &Bound<'_, AsyncClient>,
+        election: &Bound<'_, PyAny>,
+        candidate: &Bound<'_, PyAny>,
+        renew_fraction: f64,
+    ) -> PyResult<Self> {
+        Ok(AsyncLeaderElection {
+            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
+        })
+    }
+
+    #[getter]
+    fn is_leader(&self) -> bool {
+        self.inner.is_leader()
+    }
+
+    #[getter]
+    fn token(&self) -> Option<Hlc> {
+        self.inner.lease().current_token().map(Hlc)
+    }
+
+    fn campaign<'py>(
+        &self,
+        py: Python<'py>,
+        term: &Bound<'py, PyAny>,
+        timeout: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let term = positive_duration_arg(term, "term")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let election = self.inner.clone();
+        aio::spawn(py, async move {
+            election.campaign(term, timeout).await.map(Hlc)
+        })
+    }
+
+    fn try_campaign<'py>(
+        &self,
+        py: Python<'py>,
+        term: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let term = positive_duration_arg(term, "term")?;
+        let election = self.inner.clone();
+        aio::spawn(py, async move {
+            election.try_campaign(term).await.map(|t| t.map(Hlc))
+        })
+    }
+
+    fn resign<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let election = self.inner.clone();
+        aio::spawn(py, async move { election.resign().await })
+    }
+
+    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let election = self.inner.clone();
+        aio::spawn(py, async move {
+            election.leader().await.map(|l| l.map(BytesOut))
+        })
+    }
+
+    /// `events = await election.events()` or `async with election.events() as events:`.
+    fn events(&self, py: Python<'_>) -> PyResult<Pending> {
+        let election = self.inner.clone();
+        let future = aio::spawn(py, async move {
+            election.events().await.map(LeadershipEvents::new)
+        })?;
+        Ok(Pending::new(future))
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        aio::ready(slf.py(), slf.clone())
+    }
+
+    /// Resigns if leading.
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.lease().stop_renewal();
+        let election = self.inner.clone();
+        aio::spawn(py, async move {
+            if election.is_leader() {
+                election.resign().await?;
+            }
+            Ok(false)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        election_repr("AsyncLeaderElection", &self.inner)
+    }
+}

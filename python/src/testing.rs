@@ -1,0 +1,175 @@
+//! `mqstate.testing.LocalServer`: the local state store (embedded broker + store) in-process,
+//! on the library's runtime, for users' test suites. And a test-only broker without a store.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
+use mqstate_server::{LocalServer as Server, ServerConfig};
+
+use crate::errors;
+use crate::runtime::{runtime, wait};
+
+/// A local state store on 127.0.0.1 and a free port (or `port`), running in this process.
+#[pyclass(module = "mqstate.testing", name = "LocalServer", frozen)]
+#[derive(Debug)]
+pub(crate) struct LocalServer {
+    server: Mutex<Option<Server>>,
+    host: String,
+    port: u16,
+    url: String,
+}
+
+#[pymethods]
+impl LocalServer {
+    #[new]
+    #[pyo3(signature = (*, port = 0, max_keys = None))]
+    fn new(py: Python<'_>, port: u16, max_keys: Option<usize>) -> PyResult<Self> {
+        let config = ServerConfig::default()
+            .with_port(port)
+            .with_max_keys(max_keys);
+        let server = wait(py, async move {
+            // Spawned so that the server's tasks start from a runtime worker.
+            runtime()
+                .spawn(Server::start_with(config))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        })?
+        .map_err(|e| {
+            errors::exception(
+                py,
+                "connection",
+                &format!("the local state store did not start: {e}"),
+                py.None(),
+            )
+        })?;
+        Ok(LocalServer {
+            host: server.host().to_owned(),
+            port: server.port(),
+            url: server.url(),
+            server: Mutex::new(Some(server)),
+        })
+    }
+
+    #[getter]
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mqtt://127.0.0.1:PORT`, for `Client(url)`.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether the server is running (not stopped yet).
+    #[getter]
+    fn running(&self) -> bool {
+        self.server.lock().map(|s| s.is_some()).unwrap_or(false)
+    }
+
+    /// Stops the server and waits for it (idempotent). Connected clients lose their
+    /// connection and try to reconnect.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let server = self.server.lock().ok().and_then(|mut s| s.take());
+        if let Some(server) = server {
+            wait(py, server.shutdown())?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.stop(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<mqstate.testing.LocalServer {}{}>",
+            self.url,
+            if self.running() { "" } else { " stopped" }
+        )
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.get_mut().ok().and_then(Option::take) {
+            // Stops in the background: a garbage-collected server must not block the caller.
+            runtime().spawn(server.shutdown());
+        }
+    }
+}
+
+/// Test-only: an MQTT broker with no state store behind it, so requests stay unanswered (to
+/// test timeouts and cancellation).
+#[pyclass(module = "mqstate._native", name = "_SilentBroker", frozen)]
+#[derive(Debug)]
+pub(crate) struct SilentBroker {
+    broker: Mutex<Option<EmbeddedBroker>>,
+    url: String,
+}
+
+#[pymethods]
+impl SilentBroker {
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        let config = EmbeddedBrokerConfig {
+            bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            max_packet_size: 1 << 20,
+        };
+        let broker = wait(py, async move {
+            runtime()
+                .spawn(async move {
+                    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                    // Nobody listens to connection events here; drain them.
+                    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+                    EmbeddedBroker::start(&config, events).await
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        })?
+        .map_err(|e| errors::exception(py, "connection", &e, py.None()))?;
+        let url = format!("mqtt://{}", broker.local_addr());
+        Ok(SilentBroker {
+            broker: Mutex::new(Some(broker)),
+            url,
+        })
+    }
+
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let broker = self.broker.lock().ok().and_then(|mut b| b.take());
+        if let Some(broker) = broker {
+            wait(py, broker.shutdown())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SilentBroker {
+    fn drop(&mut self) {
+        if let Some(broker) = self.broker.get_mut().ok().and_then(Option::take) {
+            runtime().spawn(broker.shutdown());
+        }
+    }
+}

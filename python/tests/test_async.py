@@ -1,0 +1,196 @@
+"""The asyncio client against the local state store."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+import mqstate
+from mqstate._native import _SilentBroker
+from mqstate.testing import LocalServer
+
+
+@pytest_asyncio.fixture
+async def aclient(server: LocalServer) -> AsyncIterator[mqstate.AsyncClient]:
+    async with mqstate.AsyncClient.connect(server.url) as c:
+        yield c
+
+
+async def _wait_until(condition: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_every_operation(aclient: mqstate.AsyncClient, key: str) -> None:
+    outcome = await aclient.set(key, b"\x00\x01\xff")
+    assert outcome.applied
+    assert await aclient.get(key) == b"\x00\x01\xff"
+    got = await aclient.get_versioned(key.encode())
+    assert got is not None and got.version == outcome.version
+    assert not (await aclient.set(key, "other", nx=True)).applied
+    assert (await aclient.set(key, b"\x00\x01\xff", nex=True)).applied
+    assert await aclient.vdel(key, "other") == mqstate.VdelOutcome.VALUE_MISMATCH
+    assert await aclient.vdel(key, b"\x00\x01\xff") == mqstate.VdelOutcome.DELETED
+    assert await aclient.get(key) is None
+    assert await aclient.get_versioned(key) is None
+    assert await aclient.delete(key) is False
+    await aclient.set(key, "x", expiry=30)
+    assert await aclient.delete(key) is True
+    big = os.urandom(256 * 1024)
+    await aclient.set(key, big)
+    assert await aclient.get(key) == big
+
+
+@pytest.mark.asyncio
+async def test_many_requests_in_flight(aclient: mqstate.AsyncClient, key: str) -> None:
+    await asyncio.gather(*(aclient.set(f"{key}/{i}", str(i)) for i in range(200)))
+    values = await asyncio.gather(*(aclient.get(f"{key}/{i}") for i in range(200)))
+    assert values == [str(i).encode() for i in range(200)]
+
+
+@pytest.mark.asyncio
+async def test_errors(aclient: mqstate.AsyncClient, key: str) -> None:
+    with pytest.raises(mqstate.InvalidArgument):
+        await aclient.get("")
+    with pytest.raises(mqstate.InvalidArgument):
+        aclient.set(key, "v", nx=True, nex=True)  # refused before anything is sent
+    with pytest.raises(TypeError):
+        aclient.get(None)  # type: ignore[arg-type]
+    token = (await aclient.set(key + "/lock", "me", nex=True, expiry=10)).version
+    await aclient.set(key, "v", fencing_token=token)
+    with pytest.raises(mqstate.ServiceError) as info:
+        await aclient.delete(key)
+    assert info.value.kind == "fencing_token_required"
+    assert await aclient.delete(key, fencing_token=token)
+
+
+@pytest.mark.asyncio
+async def test_timeout(silent_broker: _SilentBroker) -> None:
+    async with mqstate.AsyncClient.connect(silent_broker.url) as c:
+        with pytest.raises(mqstate.TimeoutError) as info:
+            await c.with_timeout(0.2).get("k")
+        assert isinstance(info.value, builtins.TimeoutError)
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_pending_await_cancels_the_request(
+    silent_broker: _SilentBroker,
+) -> None:
+    async with mqstate.AsyncClient.connect(silent_broker.url) as c:
+
+        async def fetch() -> bytes | None:
+            return await c.get("nobody-answers")  # 10 s timeout
+
+        task = asyncio.create_task(fetch())
+        await _wait_until(lambda: c._requests_in_flight() == 1)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - started < 1
+        # The Rust future was dropped: its request is gone from the correlation map.
+        await _wait_until(lambda: c._requests_in_flight() == 0, timeout=2)
+
+        # The same through asyncio.wait_for's own timeout.
+        with pytest.raises(builtins.TimeoutError):
+            await asyncio.wait_for(c.get("nobody-answers"), 0.2)
+        await _wait_until(lambda: c._requests_in_flight() == 0, timeout=2)
+
+
+@pytest.mark.asyncio
+async def test_connect_forms(server: LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = await mqstate.AsyncClient.connect(host="127.0.0.1", port=server.port, client_id="py-async")
+    try:
+        assert c.client_id == "py-async" and c.state == "connected"
+        await c.set("async-connect", "1")
+    finally:
+        await c.close()
+    assert c.state == "closed"  # type: ignore[comparison-overlap]  # mypy narrowed the property
+    with pytest.raises(mqstate.Disconnected):
+        await c.get("async-connect")
+    monkeypatch.setenv("AIO_BROKER_HOSTNAME", "127.0.0.1")
+    monkeypatch.setenv("AIO_BROKER_TCP_PORT", str(server.port))
+    monkeypatch.setenv("AIO_MQTT_USE_TLS", "false")
+    async with mqstate.AsyncClient.from_env(client_id="py-async-env") as c:
+        assert c.client_id == "py-async-env"
+        assert await c.get("async-connect") == b"1"
+    with pytest.raises(mqstate.ConnectionFailed):
+        await mqstate.AsyncClient.connect("mqtt://127.0.0.1:1", connect_timeout=2)
+
+
+@pytest.mark.asyncio
+async def test_observe_with_another_client_writing(server: LocalServer, key: str) -> None:
+    async with mqstate.AsyncClient.connect(server.url) as watcher:
+        async with watcher.observe(key) as changes:
+            assert changes.key == key.encode()
+            with mqstate.Client(server.url) as writer:  # another client, blocking
+                writer.set(key, "1")
+                writer.set(key, b"\xff2")
+                writer.delete(key)
+            seen = []
+            async for change in changes:
+                seen.append((change.operation, change.value))
+                if len(seen) == 3:
+                    break
+            assert seen == [("set", b"1"), ("set", b"\xff2"), ("delete", None)]
+        # The `async with` block ended it.
+        assert [c async for c in changes] == []
+
+        # `await` form, ended by the client's close while a reader waits.
+        changes = await watcher.observe(key)
+        reader = asyncio.create_task(_collect(changes))
+        async with mqstate.AsyncClient.connect(server.url) as writer2:
+            await writer2.set(key, "last")
+        await _wait_until(lambda: watcher._requests_in_flight() == 0)
+        await asyncio.sleep(0.2)
+    # Leaving the client's `async with` closed it: the reader's iteration ends.
+    assert await asyncio.wait_for(reader, 5) == [b"last"]
+
+
+async def _collect(changes: mqstate.AsyncObservation) -> list[bytes | None]:
+    return [c.value async for c in changes]
+
+
+@pytest.mark.asyncio
+async def test_observation_close_and_cancelled_anext(
+    aclient: mqstate.AsyncClient, key: str
+) -> None:
+    changes = await aclient.observe(key)
+    # A cancelled wait leaves the observation usable.
+    with pytest.raises(builtins.TimeoutError):
+        await asyncio.wait_for(changes.__anext__(), 0.1)
+    await aclient.set(key, "after")
+    change = await asyncio.wait_for(changes.__anext__(), 5)
+    assert change.value == b"after"
+    await changes.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await changes.__anext__()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_anext_never_swallows_a_change(
+    server: LocalServer, aclient: mqstate.AsyncClient, key: str
+) -> None:
+    """A notification that arrives while its `__anext__` is being cancelled goes to the next
+    call instead of being lost."""
+    changes = await aclient.observe(key)
+    received: list[bytes | None] = []
+    async with mqstate.AsyncClient.connect(server.url) as writer:
+        for i in range(30):
+            pending = asyncio.ensure_future(changes.__anext__())
+            await writer.set(key, str(i))  # the notification races the cancellation
+            if not pending.cancel():  # it was already delivered
+                received.append(pending.result().value)
+        while len(received) < 30:
+            received.append((await asyncio.wait_for(changes.__anext__(), 5)).value)
+    assert received == [str(i).encode() for i in range(30)]
+    changes.close()
