@@ -34,8 +34,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mqstate::{Client, ConnectOptions, SetOptions};
 use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
-use mqstate_server::testing::{self, Mosquitto};
-use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_server::testing::{Backend, Mosquitto, TestStore};
 use rumqttc::NetworkOptions;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
@@ -382,6 +381,44 @@ impl Drop for StubStore {
     }
 }
 
+/// A broker with nothing else on it.
+enum BareBroker {
+    Embedded(EmbeddedBroker),
+    Mosquitto(Mosquitto),
+}
+
+impl BareBroker {
+    async fn start(backend: Backend) -> BareBroker {
+        match backend {
+            Backend::Embedded => {
+                let (events, mut events_rx) = mpsc::unbounded_channel();
+                // Nobody needs the connection events here; drain them.
+                tokio::spawn(async move { while events_rx.recv().await.is_some() {} });
+                let config = EmbeddedBrokerConfig {
+                    bind: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+                    max_packet_size: 16 << 20,
+                };
+                BareBroker::Embedded(EmbeddedBroker::start(&config, events).await.unwrap())
+            }
+            Backend::Mosquitto => BareBroker::Mosquitto(Mosquitto::start().unwrap()),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        match self {
+            BareBroker::Embedded(b) => b.local_addr().port(),
+            BareBroker::Mosquitto(m) => m.port(),
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            BareBroker::Embedded(b) => b.shutdown().await,
+            BareBroker::Mosquitto(m) => drop(m),
+        }
+    }
+}
+
 /// One measured workload: its label and how to run one operation.
 type Op = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
@@ -573,52 +610,19 @@ fn main() {
         .unwrap();
     let mut figures = Vec::new();
     runtime.block_on(async {
-        // Embedded: a bare broker for the raw echo and the stub store; the local store
-        // brings its own (the same broker, same settings).
-        let (events, _events_rx) = mpsc::unbounded_channel();
-        let bare = EmbeddedBroker::start(
-            &EmbeddedBrokerConfig {
-                bind: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-                max_packet_size: 16 << 20,
-            },
-            events,
-        )
-        .await
-        .unwrap();
-        let store = LocalServer::start().await.unwrap();
-        bench_broker(
-            "embedded",
-            bare.local_addr().port(),
-            store.port(),
-            secs,
-            rounds,
-            &mut figures,
-        )
-        .await;
-        store.shutdown().await;
-        bare.shutdown().await;
-
-        match (Mosquitto::start(), Mosquitto::start()) {
-            (Ok(bare), Ok(for_store)) => {
-                let store =
-                    LocalServer::start_with(ServerConfig::external(&for_store.url()).unwrap())
-                        .await
-                        .unwrap();
-                bench_broker(
-                    "mosquitto",
-                    bare.port(),
-                    store.port(),
-                    secs,
-                    rounds,
-                    &mut figures,
-                )
-                .await;
-                store.shutdown().await;
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                assert!(!testing::mosquitto_required(), "{e}");
-                println!("SKIPPED mosquitto: {e}");
-            }
+        for (name, backend) in [
+            ("embedded", Backend::Embedded),
+            ("mosquitto", Backend::Mosquitto),
+        ] {
+            // The local store on its own broker; a bare broker of the same kind beside it for
+            // the raw echo and the stub store (the stub and the store would both answer on one).
+            let Some(store) = TestStore::start(backend, "throughput").await else {
+                continue;
+            };
+            let bare = BareBroker::start(backend).await;
+            bench_broker(name, bare.port(), store.port(), secs, rounds, &mut figures).await;
+            store.shutdown().await;
+            bare.shutdown().await;
         }
     });
     print_table(&figures);

@@ -16,7 +16,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Proxy, WAIT, bounded, key, next, wait_state};
+use common::{Proxy, WAIT, bounded, key, next, spawn_requests, wait_state};
 use mqstate::{
     Client, ConnectOptions, ConnectionState, ErrorKind, NotifyOperation, ReconnectPolicy,
     SetOptions,
@@ -61,21 +61,7 @@ async fn kill_and_restart_while_observing() {
         let states = observer.state_changes();
 
         // Requests in flight when the server dies: answered, or failed with a clear error.
-        let in_flight: Vec<_> = (0..16)
-            .map(|i| {
-                let c = observer.clone();
-                let k = k.clone();
-                tokio::spawn(async move {
-                    if i % 2 == 0 {
-                        c.get(&k).await.map(|_| ())
-                    } else {
-                        c.set(format!("{k}-{i}"), "x", SetOptions::default())
-                            .await
-                            .map(|_| ())
-                    }
-                })
-            })
-            .collect();
+        let in_flight = spawn_requests(&observer, &k, 16);
         proxy.cut().await;
         server.shutdown().await;
         wait_state(&observer, ConnectionState::Reconnecting).await;

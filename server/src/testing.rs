@@ -1,5 +1,6 @@
 //! Test support: a [`Mosquitto`] broker started from the system's `mosquitto` binary on a free
-//! loopback port, and [`free_port`].
+//! loopback port, [`free_port`], and [`TestStore`], a local state store behind either broker
+//! ([`Backend`]) for suites that run each scenario on both.
 //!
 //! Tests that need Mosquitto call [`mosquitto_or_skip`]: when the binary is missing it prints
 //! a line and returns `None` (the test then returns early), unless the environment variable
@@ -27,6 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::ServerError;
+use crate::{LocalServer, ServerConfig};
 
 /// The variable that turns a missing Mosquitto from a skip into a failure.
 pub const REQUIRE_MOSQUITTO_ENV: &str = "MQSTATE_REQUIRE_MOSQUITTO";
@@ -219,5 +221,118 @@ pub fn mosquitto_or_skip(test_name: &str) -> Option<Mosquitto> {
             None
         }
         Err(e) => panic!("{test_name}: cannot start Mosquitto: {e}"),
+    }
+}
+
+/// Which broker a test's state store runs behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded broker ([`LocalServer`]'s default).
+    Embedded,
+    /// A [`Mosquitto`] started for the test, with the store attached as an external client.
+    Mosquitto,
+}
+
+/// A local state store behind a [`Backend`], for suites that run every scenario on both
+/// brokers. Clients connect to [`host`](TestStore::host) and [`port`](TestStore::port) (the
+/// broker's).
+///
+/// ```no_run
+/// # async fn demo() {
+/// use mqstate_server::testing::{Backend, TestStore};
+///
+/// let Some(store) = TestStore::start(Backend::Mosquitto, "my_test").await else { return };
+/// // ... clients connect to store.host(), store.port() ...
+/// store.shutdown().await;
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct TestStore {
+    backend: Backend,
+    server: Option<LocalServer>,
+    mosquitto: Option<Mosquitto>,
+    host: String,
+    port: u16,
+}
+
+impl TestStore {
+    /// Starts a store with the default configuration; see [`TestStore::start_with`].
+    pub async fn start(backend: Backend, test_name: &str) -> Option<TestStore> {
+        TestStore::start_with(backend, test_name, ServerConfig::default()).await
+    }
+
+    /// Starts a store with `config` (its broker choice is replaced by `backend`'s). `None`
+    /// when the test must be skipped, as [`mosquitto_or_skip`] decides. Panics if the store
+    /// does not start (a test failure with the reason).
+    #[allow(clippy::panic)] // a test helper: a panic is the test failure it reports
+    pub async fn start_with(
+        backend: Backend,
+        test_name: &str,
+        config: ServerConfig,
+    ) -> Option<TestStore> {
+        match backend {
+            Backend::Embedded => {
+                let server = LocalServer::start_with(config)
+                    .await
+                    .unwrap_or_else(|e| panic!("{test_name}: start the embedded server: {e}"));
+                Some(TestStore {
+                    backend,
+                    host: server.host().to_owned(),
+                    port: server.port(),
+                    server: Some(server),
+                    mosquitto: None,
+                })
+            }
+            Backend::Mosquitto => {
+                let mosquitto = mosquitto_or_skip(test_name)?;
+                let external = ServerConfig::external(&mosquitto.url())
+                    .unwrap_or_else(|e| panic!("{test_name}: {e}"));
+                let config = ServerConfig {
+                    broker: external.broker,
+                    ..config
+                };
+                let server = LocalServer::start_with(config).await.unwrap_or_else(|e| {
+                    panic!(
+                        "{test_name}: attach to Mosquitto: {e}; log: {}",
+                        mosquitto.log()
+                    )
+                });
+                Some(TestStore {
+                    backend,
+                    host: mosquitto.host().to_owned(),
+                    port: mosquitto.port(),
+                    server: Some(server),
+                    mosquitto: Some(mosquitto),
+                })
+            }
+        }
+    }
+
+    /// The broker it runs behind.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The broker's host.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The broker's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the state store (and the embedded broker with it); Mosquitto stays up.
+    pub async fn stop_store(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    /// Stops the store and the broker (Mosquitto is killed).
+    pub async fn shutdown(mut self) {
+        self.stop_store().await;
+        drop(self.mosquitto.take());
     }
 }

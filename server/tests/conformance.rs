@@ -733,7 +733,7 @@ async fn forbidden_response_topic(h: &Harness) {
         };
         bad.send(resp(&[b"SET", key.as_bytes(), b"v"]), &req).await;
         // The spy sees the request itself on the request topic, and nothing else.
-        if h.backend == Backend::Embedded {
+        if h.store.backend() == Backend::Embedded {
             assert!(
                 bad.disconnected_within(WAIT).await,
                 "client not disconnected"
@@ -827,7 +827,7 @@ async fn sessions_are_kept(h: &Harness) {
     use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 
     async fn connect(h: &Harness) -> (AsyncClient, rumqttc::v5::EventLoop, bool) {
-        let mut options = MqttOptions::new("session-client", h.host.clone(), h.port);
+        let mut options = MqttOptions::new("session-client", h.store.host(), h.store.port());
         options
             .set_clean_start(false)
             .set_session_expiry_interval(Some(60));

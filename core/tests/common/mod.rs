@@ -20,8 +20,7 @@ use mqstate::{
     Client, ConnectOptions, ConnectionState, Error, ErrorKind, KeyNotification, NotifyOperation,
     ServiceError, SetOptions, VdelOutcome,
 };
-use mqstate_server::testing::{self, Mosquitto};
-use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_server::testing::{self, TestStore};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -39,59 +38,23 @@ pub async fn bounded<F: Future<Output = ()>>(name: &str, f: F) {
     }
 }
 
-/// Which broker the state store runs behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Embedded,
-    Mosquitto,
-}
+pub use mqstate_server::testing::Backend;
 
-/// A running state store.
+/// A running state store (see [`TestStore`]) and how clients reach it.
 pub struct Env {
-    pub backend: Backend,
-    pub server: Option<LocalServer>,
-    pub mosquitto: Option<Mosquitto>,
-    pub host: String,
-    pub port: u16,
+    pub store: TestStore,
 }
 
 impl Env {
     /// Starts a state store on `backend`; `None` when Mosquitto is missing (and not required).
     pub async fn start(backend: Backend, test: &str) -> Option<Env> {
-        match backend {
-            Backend::Embedded => {
-                let server = LocalServer::start()
-                    .await
-                    .expect("start the embedded server");
-                Some(Env {
-                    backend,
-                    host: server.host().to_owned(),
-                    port: server.port(),
-                    server: Some(server),
-                    mosquitto: None,
-                })
-            }
-            Backend::Mosquitto => {
-                let mosquitto = testing::mosquitto_or_skip(test)?;
-                let server =
-                    LocalServer::start_with(ServerConfig::external(&mosquitto.url()).unwrap())
-                        .await
-                        .unwrap_or_else(|e| {
-                            panic!("attach to Mosquitto: {e}; {}", mosquitto.log())
-                        });
-                Some(Env {
-                    backend,
-                    host: mosquitto.host().to_owned(),
-                    port: mosquitto.port(),
-                    server: Some(server),
-                    mosquitto: Some(mosquitto),
-                })
-            }
-        }
+        Some(Env {
+            store: TestStore::start(backend, test).await?,
+        })
     }
 
     pub fn options(&self) -> ConnectOptions {
-        ConnectOptions::new(self.host.clone(), self.port)
+        ConnectOptions::new(self.store.host(), self.store.port())
     }
 
     pub async fn client(&self) -> Client {
@@ -100,15 +63,32 @@ impl Env {
 
     /// Stops the state store (and the embedded broker with it); Mosquitto stays up.
     pub async fn stop_store(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
+        self.store.stop_store().await;
     }
 
-    pub async fn shutdown(mut self) {
-        self.stop_store().await;
-        drop(self.mosquitto.take());
+    pub async fn shutdown(self) {
+        self.store.shutdown().await;
     }
+}
+
+/// Spawns `n` requests on `client`: GETs of `key` and SETs of keys derived from it,
+/// alternating; each task ends with the request's outcome.
+pub fn spawn_requests(client: &Client, key: &str, n: usize) -> Vec<JoinHandle<Result<(), Error>>> {
+    (0..n)
+        .map(|i| {
+            let c = client.clone();
+            let k = key.to_owned();
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    c.get(&k).await.map(|_| ())
+                } else {
+                    c.set(format!("{k}-{i}"), "x", SetOptions::default())
+                        .await
+                        .map(|_| ())
+                }
+            })
+        })
+        .collect()
 }
 
 /// Waits for the next item of an observation, with a bound.
@@ -490,7 +470,7 @@ pub async fn sub_second_timeout(mut env: Env) {
             matches!(err.kind(), ErrorKind::Timeout | ErrorKind::Disconnected),
             "{err}"
         );
-        if env.backend == Backend::Mosquitto {
+        if env.store.backend() == Backend::Mosquitto {
             // The broker is up: the request went out and was not answered.
             assert!(matches!(err, Error::Timeout(_)), "{err}");
         }
@@ -587,7 +567,7 @@ impl Drop for Proxy {
 /// requests made during the outage complete once the connection is back; the observer gets
 /// the change made while it was away.
 pub async fn outage_through_proxy(env: &Env) {
-    let proxy = Proxy::start(env.port).await;
+    let proxy = Proxy::start(env.store.port()).await;
     let mut opts = ConnectOptions::new("127.0.0.1", proxy.port);
     opts.reconnect =
         mqstate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(200));
@@ -607,21 +587,7 @@ pub async fn outage_through_proxy(env: &Env) {
         .await
         .unwrap();
     // Requests made during the outage wait for the connection, then complete.
-    let pending: Vec<_> = (0..8)
-        .map(|i| {
-            let c = observer.clone();
-            let k = k.clone();
-            tokio::spawn(async move {
-                if i % 2 == 0 {
-                    c.get(&k).await.map(|_| ())
-                } else {
-                    c.set(format!("{k}-during-{i}"), "x", SetOptions::default())
-                        .await
-                        .map(|_| ())
-                }
-            })
-        })
-        .collect();
+    let pending = spawn_requests(&observer, &k, 8);
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.restore();
     wait_state(&observer, ConnectionState::Connected).await;

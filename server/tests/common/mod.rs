@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use mqstate::Hlc;
 use mqstate::topics::{self, REQUEST_TOPIC};
-use mqstate_server::testing::{self, Mosquitto};
-use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_server::ServerConfig;
+use mqstate_server::testing::{self, TestStore};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties, SubscribeReasonCode};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -22,60 +22,20 @@ use tokio::task::JoinHandle;
 /// failure; only a missing message is).
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// The broker under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// The embedded `mqtt5` broker (`LocalServer` default).
-    Embedded,
-    /// The system Mosquitto, with the store attached as an external client.
-    Mosquitto,
-}
+pub use mqstate_server::testing::Backend;
 
-/// A running server on one backend.
+/// A running server on one backend (see [`TestStore`]), with raw clients.
 pub struct Harness {
-    pub backend: Backend,
-    pub server: Option<LocalServer>,
-    pub mosquitto: Option<Mosquitto>,
-    pub host: String,
-    pub port: u16,
+    pub store: TestStore,
 }
 
 impl Harness {
     /// Starts the server on `backend` with `config` (its broker choice is overridden), or
     /// returns `None` when the test must be skipped (Mosquitto not installed and not required).
     pub async fn start_with(backend: Backend, test: &str, config: ServerConfig) -> Option<Harness> {
-        match backend {
-            Backend::Embedded => {
-                let server = LocalServer::start_with(config)
-                    .await
-                    .expect("start embedded server");
-                Some(Harness {
-                    backend,
-                    host: server.host().to_owned(),
-                    port: server.port(),
-                    server: Some(server),
-                    mosquitto: None,
-                })
-            }
-            Backend::Mosquitto => {
-                let mosquitto = testing::mosquitto_or_skip(test)?;
-                let external = ServerConfig::external(&mosquitto.url()).unwrap();
-                let config = ServerConfig {
-                    broker: external.broker,
-                    ..config
-                };
-                let server = LocalServer::start_with(config).await.unwrap_or_else(|e| {
-                    panic!("attach to Mosquitto: {e}; log: {}", mosquitto.log())
-                });
-                Some(Harness {
-                    backend,
-                    host: mosquitto.host().to_owned(),
-                    port: mosquitto.port(),
-                    server: Some(server),
-                    mosquitto: Some(mosquitto),
-                })
-            }
-        }
+        Some(Harness {
+            store: TestStore::start_with(backend, test, config).await?,
+        })
     }
 
     pub async fn start(backend: Backend, test: &str) -> Option<Harness> {
@@ -84,15 +44,12 @@ impl Harness {
 
     /// A connected raw client with this id, subscribed to its response topic.
     pub async fn client(&self, id: &str) -> RawClient {
-        RawClient::connect(&self.host, self.port, id).await
+        RawClient::connect(self.store.host(), self.store.port(), id).await
     }
 
-    /// Stops the store and the broker (Mosquitto is killed on drop).
-    pub async fn stop(mut self) {
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
-        self.mosquitto.take();
+    /// Stops the store and the broker (Mosquitto is killed).
+    pub async fn stop(self) {
+        self.store.shutdown().await;
     }
 }
 
