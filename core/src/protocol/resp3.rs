@@ -30,7 +30,7 @@ use std::fmt::{self, Write as _};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::error::{Error, ServiceError};
+use crate::protocol::errors::{Error, ServiceError};
 
 // ---------------------------------------------------------------------------------------------
 // Errors

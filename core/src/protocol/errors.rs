@@ -8,8 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::hlc::HlcError;
-use crate::resp3::DecodeError;
+use crate::protocol::hlc::HlcError;
+use crate::protocol::resp3::DecodeError;
 
 /// Every error the library reports.
 ///

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::resp3::escape_excerpt;
+use crate::protocol::resp3::escape_excerpt;
 
 /// The maximum drift [`HlcClock::new`] allows: the protocol requires clients' clocks to be
 /// within one minute of the server's.
