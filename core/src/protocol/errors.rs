@@ -1,15 +1,18 @@
 //! One error type for the whole library, with a stable [`ErrorKind`] that every
 //! binding maps to its own idiom (C status codes, Python exception classes, JS `code`).
 //!
+//! Every error type of the protocol lives here, next to the helper that escapes what a peer
+//! sent ([`escape_excerpt`]), so that this module depends on nothing else of the protocol:
+//! the codec ([`crate::resp3`]) and the clock ([`crate::hlc`]) use it, never the reverse.
+//!
 //! Service errors (the `-ERR text` replies of docs/protocol.md section 3) are matched on
 //! their exact texts; a text we do not know is kept verbatim in
 //! [`ServiceError::Unknown`], so that a newer server never breaks an older client.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
-use crate::protocol::hlc::HlcError;
-use crate::protocol::resp3::DecodeError;
+use bytes::Bytes;
 
 /// Every error the library reports.
 ///
@@ -242,6 +245,307 @@ impl fmt::Display for ServiceError {
 }
 
 impl std::error::Error for ServiceError {}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding errors of the RESP3 codec (re-exported by `resp3`)
+// ---------------------------------------------------------------------------------------------
+
+/// What exactly was wrong with a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DecodeErrorKind {
+    /// The payload has no bytes at all.
+    Empty,
+    /// An element of another type than the one allowed here (`+` where `$` was expected...).
+    UnexpectedType,
+    /// A length or integer that is not an optionally signed run of decimal digits.
+    InvalidInteger,
+    /// A negative length other than `-1` (or `-1` where no null is allowed).
+    NegativeLength,
+    /// A length or integer too large for 64 bits.
+    IntegerOverflow,
+    /// A length that runs past the end of the payload.
+    Truncated,
+    /// A line or a bulk string not terminated by `\r\n`.
+    MissingCrlf,
+    /// Bytes left over after a complete element.
+    TrailingBytes,
+    /// A well-formed reply that this command never gets (`+OK` to a GET, `:5` to a VDEL...).
+    UnexpectedReply,
+    /// A notification whose words are not `NOTIFY SET VALUE v` or `NOTIFY DELETE`.
+    UnknownNotification,
+}
+
+impl DecodeErrorKind {
+    /// Stable snake_case name, used by the shared test vectors and the bindings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecodeErrorKind::Empty => "empty",
+            DecodeErrorKind::UnexpectedType => "unexpected_type",
+            DecodeErrorKind::InvalidInteger => "invalid_integer",
+            DecodeErrorKind::NegativeLength => "negative_length",
+            DecodeErrorKind::IntegerOverflow => "integer_overflow",
+            DecodeErrorKind::Truncated => "truncated",
+            DecodeErrorKind::MissingCrlf => "missing_crlf",
+            DecodeErrorKind::TrailingBytes => "trailing_bytes",
+            DecodeErrorKind::UnexpectedReply => "unexpected_reply",
+            DecodeErrorKind::UnknownNotification => "unknown_notification",
+        }
+    }
+}
+
+impl fmt::Display for DecodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A payload that is not what the protocol allows at this point.
+///
+/// It keeps the whole payload (a cheap [`Bytes`] clone) so that callers can log or
+/// report it, and its message names what was expected, the byte offset and an
+/// escaped excerpt of what arrived.
+///
+/// ```
+/// use bytes::Bytes;
+/// use mqstate::resp3::{self, DecodeErrorKind};
+///
+/// let err = resp3::decode_reply(&Bytes::from_static(b"$5\r\nab\r\n")).unwrap_err();
+/// assert_eq!(err.kind(), DecodeErrorKind::Truncated);
+/// assert!(err.to_string().contains(r#""$5\r\nab\r\n""#));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    kind: DecodeErrorKind,
+    expected: &'static str,
+    offset: usize,
+    payload: Bytes,
+}
+
+/// How many bytes of a bad payload an error message shows.
+const PAYLOAD_EXCERPT_LEN: usize = 48;
+
+impl DecodeError {
+    pub(crate) fn new(
+        kind: DecodeErrorKind,
+        expected: &'static str,
+        offset: usize,
+        payload: &Bytes,
+    ) -> Self {
+        DecodeError {
+            kind,
+            expected,
+            offset,
+            payload: payload.clone(),
+        }
+    }
+
+    /// What was wrong.
+    pub fn kind(&self) -> DecodeErrorKind {
+        self.kind
+    }
+
+    /// What the decoder expected to find.
+    pub fn expected(&self) -> &'static str {
+        self.expected
+    }
+
+    /// The byte offset in the payload where decoding failed.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The whole payload as received.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// A short, escaped excerpt of the payload, safe to print.
+    pub fn excerpt(&self) -> String {
+        escape_excerpt(&self.payload, PAYLOAD_EXCERPT_LEN)
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: expected {} at byte {} of {}, got \"{}\"",
+            self.kind,
+            self.expected,
+            self.offset,
+            self.payload.len(),
+            self.excerpt()
+        )
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Escapes bytes for an error message: printable ASCII as is, `\r`, `\n`, `\t`, `\\`, `\"`
+/// and `\xNN` for the rest, cut after `max` bytes with a trailing `...`.
+pub fn escape_excerpt(bytes: &[u8], max: usize) -> String {
+    let mut out = String::with_capacity(bytes.len().min(max) + 8);
+    for &b in bytes.iter().take(max) {
+        match b {
+            b'\r' => out.push_str("\\r"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\\' => out.push_str("\\\\"),
+            b'"' => out.push_str("\\\""),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    if bytes.len() > max {
+        out.push_str("...");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// HLC errors (re-exported by `hlc`)
+// ---------------------------------------------------------------------------------------------
+
+/// How many bytes of a malformed HLC string an error message shows.
+const HLC_EXCERPT_LEN: usize = 64;
+
+/// The reasons a string is not an HLC, each with the stable code the shared test vectors use
+/// (see [`HlcError::reason_code`]). Kept as one table so that a phrase cannot lose its code.
+pub(crate) mod hlc_reason {
+    pub(crate) const EMPTY: &str = "the string is empty";
+    pub(crate) const NOT_UTF8: &str = "the bytes are not valid UTF-8";
+    pub(crate) const TOO_FEW_PARTS: &str =
+        "expected 3 parts separated by ':' (milliseconds:counter:node id), found fewer";
+    pub(crate) const TOO_MANY_PARTS: &str = "expected 3 parts separated by ':' (milliseconds:counter:node id), found more; a node id cannot contain ':'";
+    pub(crate) const EMPTY_MS: &str = "the milliseconds part is empty";
+    pub(crate) const INVALID_MS: &str =
+        "the milliseconds part is not only decimal digits (no sign, no spaces)";
+    pub(crate) const MS_TOO_LARGE: &str = "the milliseconds part does not fit in 64 bits";
+    pub(crate) const EMPTY_COUNTER: &str = "the counter part is empty";
+    pub(crate) const INVALID_COUNTER: &str =
+        "the counter part is not only decimal digits (no sign, no spaces)";
+    pub(crate) const COUNTER_TOO_LARGE: &str = "the counter part does not fit in 64 bits";
+
+    pub(crate) const CODES: &[(&str, &str)] = &[
+        (EMPTY, "empty"),
+        (NOT_UTF8, "not_utf8"),
+        (TOO_FEW_PARTS, "too_few_parts"),
+        (TOO_MANY_PARTS, "too_many_parts"),
+        (EMPTY_MS, "empty_ms"),
+        (INVALID_MS, "invalid_ms"),
+        (MS_TOO_LARGE, "ms_too_large"),
+        (EMPTY_COUNTER, "empty_counter"),
+        (INVALID_COUNTER, "invalid_counter"),
+        (COUNTER_TOO_LARGE, "counter_too_large"),
+    ];
+}
+
+/// Why an HLC could not be parsed, or why a clock refused to move.
+///
+/// ```
+/// use mqstate::hlc::{Hlc, HlcError};
+///
+/// let err = "12:+3:node".parse::<Hlc>().unwrap_err();
+/// assert!(matches!(err, HlcError::Malformed { .. }));
+/// assert_eq!(err.kind_str(), "malformed");
+/// assert_eq!(err.reason_code(), Some("invalid_counter"));
+/// assert_eq!(
+///     err.to_string(),
+///     "malformed HLC \"12:+3:node\": the counter part is not only decimal digits (no sign, no spaces)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HlcError {
+    /// The text is not `{ms}:{counter}:{nodeId}` with two unsigned 64-bit decimal integers.
+    #[error("malformed HLC \"{}\": {reason}", escape_excerpt(.input.as_bytes(), HLC_EXCERPT_LEN))]
+    Malformed {
+        /// The text as received (the message shows an escaped, truncated excerpt of it).
+        input: String,
+        /// What was wrong, in words (its stable code is [`HlcError::reason_code`]).
+        reason: &'static str,
+    },
+    /// An HLC is further ahead of the wall clock than the maximum drift allows: a remote
+    /// value to merge or to check, or our own clock after an earlier merge when the wall clock
+    /// went backwards.
+    #[error(
+        "clock drift: the HLC is {ahead:?} ahead of the wall clock, more than the allowed maximum drift of {max_drift:?}"
+    )]
+    Drift {
+        /// How far ahead of the wall clock the HLC is (or would be).
+        ahead: Duration,
+        /// The maximum the clock allows.
+        max_drift: Duration,
+    },
+    /// A node id that cannot be written into an HLC: it contains `:`, which separates the
+    /// parts (the value would not parse back). Its kind is `invalid_argument`.
+    #[error("invalid HLC node id {:?}: a node id cannot contain ':', which separates the parts of an HLC", escape_excerpt(.node_id.as_bytes(), HLC_EXCERPT_LEN))]
+    InvalidNodeId {
+        /// The node id that was refused.
+        node_id: String,
+    },
+    /// The counter would pass `u64::MAX` within one millisecond.
+    #[error(
+        "HLC counter overflow at {ms} ms: the counter cannot go past {}",
+        u64::MAX
+    )]
+    CounterOverflow {
+        /// The millisecond value at which the counter ran out.
+        ms: u64,
+    },
+}
+
+impl HlcError {
+    /// A stable snake_case name of the variant: `"malformed"`, `"drift"` or
+    /// `"counter_overflow"` (used by the shared test vectors and the bindings).
+    ///
+    /// ```
+    /// use mqstate::hlc::HlcError;
+    ///
+    /// assert_eq!(HlcError::CounterOverflow { ms: 5 }.kind_str(), "counter_overflow");
+    /// ```
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            HlcError::Malformed { .. } => "malformed",
+            HlcError::Drift { .. } => "drift",
+            HlcError::CounterOverflow { .. } => "counter_overflow",
+            HlcError::InvalidNodeId { .. } => "invalid_node_id",
+        }
+    }
+
+    /// For [`HlcError::Malformed`] errors made by this module, a stable snake_case code of the
+    /// reason (`"too_few_parts"`, `"invalid_ms"`, `"counter_too_large"`, ...; the full list
+    /// is in `tests/vectors/hlc.json`). `Some("other")` for a `Malformed` built elsewhere with
+    /// its own reason, `None` for the other variants.
+    ///
+    /// ```
+    /// use mqstate::hlc::Hlc;
+    ///
+    /// let err = Hlc::parse_bytes(b"1:2").unwrap_err();
+    /// assert_eq!(err.reason_code(), Some("too_few_parts"));
+    /// ```
+    pub fn reason_code(&self) -> Option<&'static str> {
+        match self {
+            HlcError::Malformed { reason, .. } => Some(
+                hlc_reason::CODES
+                    .iter()
+                    .find(|(phrase, _)| phrase == reason)
+                    .map_or("other", |&(_, code)| code),
+            ),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn malformed(input: &str, reason: &'static str) -> Self {
+        HlcError::Malformed {
+            input: input.to_owned(),
+            reason,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
