@@ -42,13 +42,14 @@ STEPS: dict[str, set[str]] = {
     "lease_auto_renew": {"lease", "fraction"},
     "expect_lease_event": {"lease", "event", "skip"},
     "lease_release": {"lease"},
-    "lock": {"lock", "name", "holder", "ttl_ms", "timeout_ms"},
+    "lock": {"lock", "name", "holder", "session", "ttl_ms", "timeout_ms"},
+    "lock_edit": {"lock", "name", "holder", "key", "ttl_ms", "timeout_ms", "new_value"},
     "unlock": {"lock"},
     "try_campaign": {"election", "name", "candidate", "term_ms"},
     "leader": {"election"},
     "resign": {"election"},
 }
-BYTE_FIELDS = {"value", "leader"}
+BYTE_FIELDS = {"value", "leader", "old"}
 
 #: (mode, scenarios, steps) run so far, printed by conftest's terminal summary.
 COUNTS: dict[str, list[int]] = {}
@@ -240,10 +241,31 @@ class Run:
             out["released"] = await resolve(self.leases[step["lease"]].release())
         elif op == "lock":
             lock_cls: Any = mqstate.AsyncLock if self.is_async else mqstate.Lock
-            lock = lock_cls(self.client(step), self.key(step, "name"), bytes_of(step["holder"]))
+            session = {"session_id": bytes_of(step["session"])} if "session" in step else {}
+            lock = lock_cls(
+                self.client(step), self.key(step, "name"), bytes_of(step["holder"]), **session
+            )
             guard = await resolve(lock.acquire(step["ttl_ms"] / 1000, step["timeout_ms"] / 1000))
             out["locked"] = True
             self.guards[step["lock"]] = guard
+        elif op == "lock_edit":
+            lock_cls = mqstate.AsyncLock if self.is_async else mqstate.Lock
+            lock = lock_cls(self.client(step), self.key(step, "name"), bytes_of(step["holder"]))
+            new_value = None if step["new_value"] is None else bytes_of(step["new_value"])
+            seen: list[bytes | None] = []
+
+            def edit(old: bytes | None) -> bytes | None:
+                seen.append(old)
+                return new_value
+
+            written = await resolve(
+                lock.edit(
+                    self.key(step, "key"), step["ttl_ms"] / 1000, step["timeout_ms"] / 1000, edit
+                )
+            )
+            assert len(seen) == 1, f"the edit function was called {len(seen)} times"
+            out["old"] = canonical(seen[0])
+            out["value"] = canonical(written)
         elif op == "unlock":
             out["unlocked"] = await resolve(self.guards.pop(step["lock"]).release())
         elif op == "try_campaign":
@@ -287,8 +309,24 @@ class Run:
             assert out[field] == want, f"{field}: got {out[field]!r}, expected {want!r}"
 
 
+def not_run_reason(file: str, doc: Any) -> str | None:
+    """Checks a scenario's top-level fields; the reason when Python cannot run it."""
+    assert isinstance(doc, dict), f"{file}: not an object"
+    unknown = set(doc) - {"description", "not_in", "steps"}
+    assert not unknown, f"{file}: unknown top-level field(s) {sorted(unknown)}"
+    not_in = doc.get("not_in", {})
+    for lang, reason in not_in.items():
+        assert lang in {"rust", "c", "python", "node"}, f"{file}: unknown language {lang!r}"
+        assert isinstance(reason, str) and reason, f"{file}: not_in.{lang} must give the reason"
+    reason = not_in.get("python")
+    return None if reason is None else str(reason)
+
+
 async def run_scenario(is_async: bool, path: pathlib.Path, server_url: str, blackhole_port: int) -> int:
     doc = json.loads(path.read_text(encoding="utf-8"))
+    reason = not_run_reason(path.name, doc)
+    if reason is not None:
+        pytest.skip(f"not run in Python: {reason}")
     steps = doc["steps"]
     run = Run(is_async, server_url, blackhole_port, path.stem)
     try:

@@ -163,7 +163,8 @@ static const struct {
     {"lease_auto_renew", {"lease", "fraction"}},
     {"expect_lease_event", {"lease", "event", "skip"}},
     {"lease_release", {"lease"}},
-    {"lock", {"lock", "name", "holder", "ttl_ms", "timeout_ms"}},
+    {"lock", {"lock", "name", "holder", "session", "ttl_ms", "timeout_ms"}},
+    {"lock_edit", {"lock", "name", "holder", "key", "ttl_ms", "timeout_ms", "new_value"}},
     {"unlock", {"lock"}},
     {"try_campaign", {"election", "name", "candidate", "term_ms"}},
     {"leader", {"election"}},
@@ -297,8 +298,8 @@ static struct {
     char server_url[64];
     char blackhole_url[64];
     char blackhole_port[8];
-    char uid[128];
-    char prefix[160];
+    char uid[384];
+    char prefix[384];
     table_t clients, observers, tokens, leases, guards, elections;
 } run;
 
@@ -372,7 +373,26 @@ typedef struct {
     long long i;
     char s[128];
     bytes_t bytes;
+    const char *field2; /* a second bytes field (lock_edit gives old and value) */
+    bytes_t bytes2;
 } outcome_t;
+
+/* The edit function of lock_edit: records the old value, returns the scenario's new one. */
+typedef struct {
+    bytes_t new_value, old;
+    int calls;
+} edit_t;
+
+static bool on_edit(void *user_data, const uint8_t *old_value, size_t old_len, const uint8_t **new_value,
+                    size_t *new_len) {
+    edit_t *e = user_data;
+    e->calls++;
+    bytes_free(&e->old);
+    e->old = old_value ? bytes_copy(old_value, old_len) : (bytes_t){NULL, 0, false};
+    *new_value = e->new_value.present ? (e->new_value.data ? e->new_value.data : (const uint8_t *)"") : NULL;
+    *new_len = e->new_value.len;
+    return true;
+}
 
 static const char *kind_of_status(mqstate_status s) {
     switch (s) {
@@ -466,7 +486,7 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
         uint64_t expiry_ms = field(step, "expiry_ms") ? u64_field(step, "expiry_ms") : 0;
         struct mqstate_version *version = NULL;
         s = mqstate_client_set(client_of(step), key.data, key.len, value.data, value.len, condition,
-                               expiry_ms, token_of(step), &version);
+                               field(step, "expiry_ms") ? &expiry_ms : NULL, token_of(step), &version);
         bytes_free(&key);
         bytes_free(&value);
         if (failed(s)) return true;
@@ -543,7 +563,7 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
             char v[24];
             int n = snprintf(v, sizeof v, "%llu", (unsigned long long)i);
             s = mqstate_client_set(client_of(step), key.data, key.len, (const uint8_t *)v, (size_t)n,
-                                   MQSTATE_SET_ALWAYS, 0, NULL, NULL);
+                                   MQSTATE_SET_ALWAYS, NULL, NULL, NULL);
             if (s != MQSTATE_OK) {
                 bytes_free(&key);
                 if (failed(s)) return true;
@@ -606,7 +626,7 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
         named_t *e = lookup(&run.leases, str_field(step, "lease", NULL), true);
         if (failed(mqstate_lease_auto_renew(e->ptr, fraction->valuedouble))) return true;
     } else if (!strcmp(op, "expect_lease_event")) {
-        fail("the C API has no lease events");
+        fail("the C API has no lease events: mark the scenario \"not_in\": {\"c\": ...}");
     } else if (!strcmp(op, "lease_release")) {
         s = mqstate_lease_release(lookup(&run.leases, str_field(step, "lease", NULL), true)->ptr);
         if (failed(s)) return true;
@@ -614,7 +634,14 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
     } else if (!strcmp(op, "lock")) {
         bytes_t name = key_of(step, "name"), holder = value_of(field(step, "holder"));
         struct mqstate_lock *lock = NULL;
-        s = mqstate_lock_new(client_of(step), name.data, name.len, holder.data, holder.len, &lock);
+        if (field(step, "session")) {
+            bytes_t session = value_of(field(step, "session"));
+            s = mqstate_lock_new_with_session(client_of(step), name.data, name.len, holder.data, holder.len,
+                                              session.data, session.len, &lock);
+            bytes_free(&session);
+        } else {
+            s = mqstate_lock_new(client_of(step), name.data, name.len, holder.data, holder.len, &lock);
+        }
         bytes_free(&name);
         bytes_free(&holder);
         if (failed(s)) return true;
@@ -628,6 +655,37 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
         if (failed(s)) return true;
         e->extra = guard;
         out->field = "locked", out->type = OUT_BOOL, out->b = (s == MQSTATE_OK);
+    } else if (!strcmp(op, "lock_edit")) {
+        bytes_t name = key_of(step, "name"), holder = value_of(field(step, "holder")), key = key_of(step, "key");
+        struct mqstate_lock *lock = NULL;
+        s = mqstate_lock_new(client_of(step), name.data, name.len, holder.data, holder.len, &lock);
+        bytes_free(&name);
+        bytes_free(&holder);
+        if (failed(s)) {
+            bytes_free(&key);
+            return true;
+        }
+        edit_t edit = {.new_value = value_of(field(step, "new_value"))};
+        struct mqstate_value *written = NULL;
+        s = mqstate_lock_edit(lock, key.data, key.len, u64_field(step, "ttl_ms"), u64_field(step, "timeout_ms"),
+                              on_edit, &edit, &written);
+        mqstate_lock_free(lock);
+        bytes_free(&key);
+        bytes_free(&edit.new_value);
+        if (failed(s)) {
+            bytes_free(&edit.old);
+            return true;
+        }
+        if (edit.calls != 1) fail("the edit function was called %d times", edit.calls);
+        out->field = "old", out->type = OUT_BYTES, out->bytes = edit.old;
+        out->field2 = "value", out->bytes2 = (bytes_t){NULL, 0, false};
+        if (written) {
+            const uint8_t *data;
+            size_t len;
+            if (mqstate_value_bytes(written, &data, &len) != MQSTATE_OK) fail("mqstate_value_bytes");
+            out->bytes2 = bytes_copy(data, len);
+            mqstate_value_free(written);
+        }
     } else if (!strcmp(op, "unlock")) {
         named_t *e = lookup(&run.guards, str_field(step, "lock", NULL), true);
         if (!e->extra) fail("lock %s is not held", e->name);
@@ -697,6 +755,12 @@ static void check(const cJSON *step, bool errored, outcome_t *out) {
         fail("unexpected error %s: %s", mqstate_status_name(last_error.status), last_error.message);
     const cJSON *want;
     cJSON_ArrayForEach(want, expect) {
+        if (out->field2 && !strcmp(out->field2, want->string)) {
+            bytes_t w = value_of(want);
+            if (!bytes_equal(&w, &out->bytes2)) fail("%s: got %s", want->string, show(&out->bytes2));
+            bytes_free(&w);
+            continue;
+        }
         if (!out->field || strcmp(out->field, want->string) != 0) fail("the step gives no %s", want->string);
         switch (out->type) {
         case OUT_BOOL:
@@ -801,7 +865,7 @@ int main(int argc, char **argv) {
     qsort(files, nfiles, sizeof files[0], compare_names);
 
     long run_id = (long)getpid();
-    int scenarios = 0, steps = 0;
+    int scenarios = 0, steps = 0, not_run = 0;
     for (size_t f = 0; f < nfiles; f++) {
         char path[1024], name[256];
         snprintf(path, sizeof path, "%s/%s", argv[2], files[f]);
@@ -814,6 +878,25 @@ int main(int argc, char **argv) {
         current_json = NULL;
         const cJSON *list = doc ? cJSON_GetObjectItemCaseSensitive(doc, "steps") : NULL;
         if (!cJSON_IsArray(list)) fail("not a scenario (no steps array)");
+        const cJSON *top;
+        cJSON_ArrayForEach(top, doc) {
+            if (strcmp(top->string, "description") && strcmp(top->string, "not_in") && strcmp(top->string, "steps"))
+                fail("unknown top-level field %s", top->string);
+        }
+        const cJSON *lang;
+        cJSON_ArrayForEach(lang, cJSON_GetObjectItemCaseSensitive(doc, "not_in")) {
+            if (strcmp(lang->string, "rust") && strcmp(lang->string, "c") && strcmp(lang->string, "python") &&
+                strcmp(lang->string, "node"))
+                fail("not_in names an unknown language %s", lang->string);
+            if (!cJSON_IsString(lang) || !lang->valuestring[0]) fail("not_in.%s must give the reason", lang->string);
+        }
+        const cJSON *reason = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "not_in"), "c");
+        if (reason) {
+            printf("scenario %s: NOT RUN in C: %s\n", name, reason->valuestring);
+            not_run++;
+            cJSON_Delete(doc);
+            continue;
+        }
         snprintf(run.uid, sizeof run.uid, "%ld-%ld-%s", run_id, (long)time(NULL), name);
         snprintf(run.prefix, sizeof run.prefix, "scenarios/c/%ld-%ld/%s/", run_id, (long)time(NULL), name);
         printf("scenario %s (%d steps)\n", name, cJSON_GetArraySize(list));
@@ -827,6 +910,7 @@ int main(int argc, char **argv) {
             bool errored = execute(op, step, &out);
             check(step, errored, &out);
             if (out.type == OUT_BYTES) bytes_free(&out.bytes);
+            bytes_free(&out.bytes2);
             steps++;
         }
         current_json = NULL;
@@ -836,6 +920,6 @@ int main(int argc, char **argv) {
     }
     for (size_t f = 0; f < nfiles; f++) free(files[f]);
     close(blackhole);
-    printf("c: %d scenarios, %d steps passed\n", scenarios, steps);
+    printf("c: %d scenarios, %d steps passed (%d not run)\n", scenarios, steps, not_run);
     return 0;
 }
