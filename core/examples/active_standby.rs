@@ -36,7 +36,7 @@ async fn start_node(
     t0: Instant,
 ) -> Result<Node, Error> {
     let client = Client::connect(options.clone().with_client_id(format!("example-{name}"))).await?;
-    let election = LeaderElection::new(&client, ELECTION, name);
+    let election = LeaderElection::new(&client, ELECTION, name)?;
     let (c, e) = (client.clone(), election.clone());
     let work = tokio::spawn(async move {
         let token = match e.campaign(TERM, Duration::from_secs(60)).await {

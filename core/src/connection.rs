@@ -186,7 +186,16 @@ impl<E: EventSource> Session<E> {
                 Ok(TransportEvent::Message(m)) => self.route(m),
                 Ok(_) => {}
                 Err(e) => {
-                    if self.fail_first(Error::Connection(e.clone())) {
+                    let first_error = if e.timed_out {
+                        Error::ConnectTimeout {
+                            host: self.options.host.clone(),
+                            port: self.options.port,
+                            limit: self.options.connect_timeout,
+                        }
+                    } else {
+                        Error::Connection(e.message.clone())
+                    };
+                    if self.fail_first(first_error) {
                         break;
                     }
                     awaiting_suback = false;
@@ -243,7 +252,7 @@ impl<E: EventSource> Session<E> {
 mod tests {
     use super::*;
     use crate::options::ReconnectPolicy;
-    use crate::transport::{IncomingMessage, OutgoingRequest, Publisher};
+    use crate::transport::{IncomingMessage, OutgoingRequest, PollError, Publisher};
     use bytes::Bytes;
     use std::collections::VecDeque;
     use std::future::Future;
@@ -271,13 +280,13 @@ mod tests {
     /// A transport that plays a script, then waits forever.
     #[derive(Debug)]
     struct Script {
-        events: VecDeque<Result<TransportEvent, String>>,
+        events: VecDeque<Result<TransportEvent, PollError>>,
         subscribes: Arc<Mutex<Vec<Vec<String>>>>,
         credentials: Arc<Mutex<u32>>,
     }
 
     impl EventSource for Script {
-        async fn poll(&mut self) -> Result<TransportEvent, String> {
+        async fn poll(&mut self) -> Result<TransportEvent, PollError> {
             match self.events.pop_front() {
                 Some(e) => e,
                 None => std::future::pending().await,
@@ -301,7 +310,7 @@ mod tests {
         task: tokio::task::JoinHandle<()>,
     }
 
-    fn start(events: Vec<Result<TransportEvent, String>>) -> Harness {
+    fn start(events: Vec<Result<TransportEvent, PollError>>) -> Harness {
         let shared = Arc::new(Shared::new(
             "c1".into(),
             Arc::new(NullPublisher::default()),
@@ -472,7 +481,7 @@ mod tests {
         let session = Session {
             events: Script {
                 events: vec![
-                    Err("reset".to_string()),
+                    Err("reset".into()),
                     Ok(TransportEvent::Connected {
                         session_present: false,
                         max_packet_size: None,

@@ -30,6 +30,18 @@ pub enum Error {
     /// No response arrived within the request's timeout.
     #[error("timed out after {0:?} waiting for the state store")]
     Timeout(Duration),
+    /// The first connection attempt did not complete (TCP, TLS and CONNACK) within the
+    /// connect timeout ([`crate::ConnectOptions::connect_timeout`], at least 1 s). Its kind is
+    /// [`ErrorKind::Timeout`].
+    #[error("timed out after {limit:?} connecting to {host}:{port} (the connect timeout)")]
+    ConnectTimeout {
+        /// The broker host.
+        host: String,
+        /// The broker port.
+        port: u16,
+        /// The connect timeout that passed.
+        limit: Duration,
+    },
     /// The connection is down (or was closed) and the request was not, or could not be, sent.
     #[error("disconnected: {0}")]
     Disconnected(String),
@@ -61,11 +73,12 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
-            Error::Timeout(_) => ErrorKind::Timeout,
+            Error::Timeout(_) | Error::ConnectTimeout { .. } => ErrorKind::Timeout,
             Error::Disconnected(_) => ErrorKind::Disconnected,
             Error::Service(_) => ErrorKind::Service,
             Error::UnexpectedPayload(_) => ErrorKind::UnexpectedPayload,
             Error::Hlc(HlcError::Malformed { .. }) => ErrorKind::UnexpectedPayload,
+            Error::Hlc(HlcError::InvalidNodeId { .. }) => ErrorKind::InvalidArgument,
             Error::Hlc(_) => ErrorKind::ClockDrift,
             Error::Connection(_) => ErrorKind::Connection,
             Error::UnexpectedResponse(_) => ErrorKind::UnexpectedPayload,

@@ -113,6 +113,13 @@ pub enum HlcError {
         /// The maximum the clock allows.
         max_drift: Duration,
     },
+    /// A node id that cannot be written into an HLC: it contains `:`, which separates the
+    /// parts (the value would not parse back). Its kind is `invalid_argument`.
+    #[error("invalid HLC node id {:?}: a node id cannot contain ':', which separates the parts of an HLC", escape_excerpt(.node_id.as_bytes(), EXCERPT_LEN))]
+    InvalidNodeId {
+        /// The node id that was refused.
+        node_id: String,
+    },
     /// The counter would pass `u64::MAX` within one millisecond.
     #[error(
         "HLC counter overflow at {ms} ms: the counter cannot go past {}",
@@ -138,6 +145,7 @@ impl HlcError {
             HlcError::Malformed { .. } => "malformed",
             HlcError::Drift { .. } => "drift",
             HlcError::CounterOverflow { .. } => "counter_overflow",
+            HlcError::InvalidNodeId { .. } => "invalid_node_id",
         }
     }
 
@@ -176,6 +184,24 @@ impl HlcError {
 // The value
 // ---------------------------------------------------------------------------------------------
 
+/// The node id rule, one place for [`Hlc::try_new`] and the client id check of
+/// `ConnectOptions` (the client id is the node id of the client's clock): no `:`.
+///
+/// ```
+/// use mqstate::hlc::check_node_id;
+///
+/// assert!(check_node_id("line-3").is_ok());
+/// assert!(check_node_id("line:3").is_err());
+/// ```
+pub fn check_node_id(node_id: &str) -> Result<(), HlcError> {
+    if node_id.contains(':') {
+        return Err(HlcError::InvalidNodeId {
+            node_id: node_id.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// One hybrid-logical-clock value: the version of a key, the `__ts` of a request or response,
 /// or a fencing token.
 ///
@@ -209,7 +235,9 @@ pub struct Hlc {
 }
 
 impl Hlc {
-    /// Builds a value from its parts.
+    /// Builds a value from trusted parts (the library's own clocks, parsed values). A node
+    /// id with `:` is not checked here; values built from user input go through
+    /// [`Hlc::try_new`], which refuses it.
     ///
     /// ```
     /// use mqstate::Hlc;
@@ -223,6 +251,27 @@ impl Hlc {
             counter,
             node_id: node_id.into(),
         }
+    }
+
+    /// Builds a value from parts that come from a user (every binding's `Hlc` constructor):
+    /// a node id containing `:` is refused with [`HlcError::InvalidNodeId`], since the
+    /// value would not parse back. An empty node id is allowed (see [`Hlc`]).
+    ///
+    /// ```
+    /// use mqstate::Hlc;
+    ///
+    /// assert_eq!(Hlc::try_new(12, 3, "node").unwrap(), Hlc::new(12, 3, "node"));
+    /// let err = Hlc::try_new(12, 3, "a:b").unwrap_err();
+    /// assert_eq!(err.kind_str(), "invalid_node_id");
+    /// ```
+    pub fn try_new(ms: u64, counter: u64, node_id: impl Into<String>) -> Result<Self, HlcError> {
+        let node_id = node_id.into();
+        check_node_id(&node_id)?;
+        Ok(Hlc {
+            ms,
+            counter,
+            node_id,
+        })
     }
 
     /// Parses the string form from raw bytes (for bindings that receive a byte buffer);

@@ -20,7 +20,7 @@
 //!
 //! # async fn demo() -> Result<(), mqstate::Error> {
 //! let client = Client::connect(ConnectOptions::new("127.0.0.1", 1883)).await?;
-//! let lease = Lease::new(&client, "pump-controller", "edge-node-7");
+//! let lease = Lease::new(&client, "pump-controller", "edge-node-7")?;
 //! if let Some(token) = lease.acquire(Duration::from_secs(10)).await? {
 //!     client
 //!         .set("pump/speed", "1200", SetOptions::default().fencing_token(token))
@@ -31,6 +31,7 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -69,6 +70,32 @@ pub enum LeaseEvent {
     },
     /// [`Lease::release`] gave the lease up.
     Released,
+}
+
+impl LeaseEvent {
+    /// The stable snake_case name of the event (`"acquired"`, `"renewed"`, `"lost"`,
+    /// `"released"`), which every binding exposes; never renamed.
+    ///
+    /// ```
+    /// use mqstate::lock::LeaseEvent;
+    /// assert_eq!(LeaseEvent::Released.name(), "released");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeaseEvent::Acquired(_) => "acquired",
+            LeaseEvent::Renewed(_) => "renewed",
+            LeaseEvent::Lost { .. } => "lost",
+            LeaseEvent::Released => "released",
+        }
+    }
+
+    /// The fencing token the event carries (`acquired`, `renewed`).
+    pub fn token(&self) -> Option<&FencingToken> {
+        match self {
+            LeaseEvent::Acquired(t) | LeaseEvent::Renewed(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// Shared between a [`Lease`] and its renewal task.
@@ -126,7 +153,7 @@ impl Drop for LeaseState {
 /// use mqstate::lock::{Lease, LeaseEvent};
 ///
 /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
-/// let lease = Lease::new(&client, "batch-job", "worker-1").with_session_id("4f1c");
+/// let lease = Lease::new(&client, "batch-job", "worker-1")?.with_session_id("4f1c");
 /// let token = lease.acquire_wait(Duration::from_secs(5), Duration::from_secs(30)).await?;
 /// let mut events = lease.events();
 /// lease.auto_renew(0.5)?;
@@ -160,35 +187,62 @@ impl Lease {
     /// A lease on key `name`, held as `holder` (bytes: any value the holder can recognise
     /// as its own). Nothing is sent until [`acquire`](Lease::acquire).
     ///
+    /// An empty name or holder is an [`Error::InvalidArgument`] (the same in every language).
+    ///
     /// ```no_run
-    /// # fn demo(client: &mqstate::Client) {
-    /// let lease = mqstate::lock::Lease::new(client, "lock/printer", "host-a");
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let lease = mqstate::lock::Lease::new(client, "lock/printer", "host-a")?;
     /// assert_eq!(lease.holder_value(), "host-a");
-    /// # }
+    /// assert!(mqstate::lock::Lease::new(client, "", "host-a").is_err());
+    /// # Ok(()) }
     /// ```
-    pub fn new(client: &Client, name: impl AsRef<[u8]>, holder: impl AsRef<[u8]>) -> Lease {
+    pub fn new(
+        client: &Client,
+        name: impl AsRef<[u8]>,
+        holder: impl AsRef<[u8]>,
+    ) -> Result<Lease, Error> {
+        Self::named(client, name.as_ref(), holder.as_ref(), "lease", "holder")
+    }
+
+    /// [`Lease::new`], with the words an error message uses for the name and the holder
+    /// (a lock's holder, an election's candidate).
+    fn named(
+        client: &Client,
+        name: &[u8],
+        holder: &[u8],
+        what: &str,
+        holder_word: &str,
+    ) -> Result<Lease, Error> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(format!("the {what} name is empty")));
+        }
+        if holder.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the {what} {holder_word} is empty"
+            )));
+        }
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        Lease {
+        Ok(Lease {
             client: client.clone(),
-            name: Bytes::copy_from_slice(name.as_ref()),
-            holder: Bytes::copy_from_slice(holder.as_ref()),
+            name: Bytes::copy_from_slice(name),
+            holder: Bytes::copy_from_slice(holder),
             state: Arc::new(LeaseState {
                 token: Mutex::new(None),
                 ttl: Mutex::new(None),
                 renewal: Mutex::new(None),
                 events,
             }),
-        }
+        })
     }
 
     /// Appends a session id to the holder (`holder:session`), as the Go and .NET SDKs do,
     /// so that two processes of the same holder name do not take each other's lease.
     ///
     /// ```no_run
-    /// # fn demo(client: &mqstate::Client) {
-    /// let lease = mqstate::lock::Lease::new(client, "l", "host-a").with_session_id("1");
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let lease = mqstate::lock::Lease::new(client, "l", "host-a")?.with_session_id("1");
     /// assert_eq!(lease.holder_value(), "host-a:1");
-    /// # }
+    /// # Ok(()) }
     /// ```
     #[must_use]
     pub fn with_session_id(mut self, session: impl AsRef<[u8]>) -> Lease {
@@ -352,11 +406,7 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub fn auto_renew(&self, fraction: f64) -> Result<(), Error> {
-        if !(fraction > 0.0 && fraction < 1.0) {
-            return Err(Error::InvalidArgument(format!(
-                "the renewal fraction must be between 0 and 1 (exclusive), got {fraction}"
-            )));
-        }
+        check_renew_fraction(fraction)?;
         let ttl = self.state.ttl().ok_or_else(|| {
             Error::InvalidArgument("auto_renew() needs a lease acquired first".into())
         })?;
@@ -455,6 +505,18 @@ impl Lease {
     }
 }
 
+/// The renewal fraction rule, one place for [`Lease::auto_renew`] and
+/// [`LeaderElection::with_renew_fraction`]: strictly between 0 and 1 (NaN is refused).
+fn check_renew_fraction(fraction: f64) -> Result<f64, Error> {
+    if fraction > 0.0 && fraction < 1.0 {
+        Ok(fraction)
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "the renewal fraction must be between 0 and 1 (exclusive), got {fraction}"
+        )))
+    }
+}
+
 /// Acquires or renews: `SET name holder NEX PX ttl`; the `+OK` reply's version is the token.
 async fn set_nex(
     client: &Client,
@@ -510,7 +572,7 @@ impl LeaseEvents {
 /// use mqstate::lock::Lock;
 ///
 /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
-/// let lock = Lock::new(&client, "lock/config", "service-a");
+/// let lock = Lock::new(&client, "lock/config", "service-a")?;
 /// // Fenced read-modify-write of "config" under the lock.
 /// lock.edit("config", Duration::from_secs(5), Duration::from_secs(10), |old| {
 ///     let n: u64 = old.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()).unwrap_or(0);
@@ -525,10 +587,39 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// A lock named `name`, taken as `holder`.
-    pub fn new(client: &Client, name: impl AsRef<[u8]>, holder: impl AsRef<[u8]>) -> Lock {
+    /// A lock named `name`, taken as `holder`. An empty name or holder is an
+    /// [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let lock = mqstate::lock::Lock::new(client, "lock/config", "service-a")?;
+    /// assert_eq!(lock.lease().name(), "lock/config");
+    /// # Ok(()) }
+    /// ```
+    pub fn new(
+        client: &Client,
+        name: impl AsRef<[u8]>,
+        holder: impl AsRef<[u8]>,
+    ) -> Result<Lock, Error> {
+        Ok(Lock {
+            lease: Lease::named(client, name.as_ref(), holder.as_ref(), "lock", "holder")?,
+        })
+    }
+
+    /// Appends a session id to the holder (`holder:session`, see
+    /// [`Lease::with_session_id`]), so that two processes with the same holder name exclude
+    /// each other.
+    ///
+    /// ```no_run
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let lock = mqstate::lock::Lock::new(client, "l", "host-a")?.with_session_id("7");
+    /// assert_eq!(lock.lease().holder_value(), "host-a:7");
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn with_session_id(self, session: impl AsRef<[u8]>) -> Lock {
         Lock {
-            lease: Lease::new(client, name, holder),
+            lease: self.lease.with_session_id(session),
         }
     }
 
@@ -550,6 +641,17 @@ impl Lock {
     /// Under the lock: GET `key`, call `f` with its value, then SET the returned value (or
     /// DEL the key for `None`) with the lock's fencing token, and unlock. Returns what `f`
     /// returned. The lock is released even when the write fails.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: mqstate::lock::Lock) -> Result<(), mqstate::Error> {
+    /// use std::time::Duration;
+    /// let new = lock
+    ///     .edit("greeting", Duration::from_secs(5), Duration::from_secs(10), |old| {
+    ///         old.map(|v| [&v[..], b"!"].concat().into())
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn edit<F>(
         &self,
         key: impl AsRef<[u8]>,
@@ -560,6 +662,44 @@ impl Lock {
     where
         F: FnOnce(Option<Bytes>) -> Option<Bytes>,
     {
+        self.edit_async(key, ttl, timeout, |old| std::future::ready(Ok(f(old))))
+            .await
+    }
+
+    /// [`Lock::edit`] with an async, fallible `f` (what the bindings use: a Python coroutine,
+    /// a JavaScript function returning a Promise, a C callback). The lock is taken, `key`
+    /// read, `f` awaited; if `f` fails nothing is written, the lock is released and `f`'s
+    /// error returned. Errors of the client convert into `E`.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: mqstate::lock::Lock) -> Result<(), mqstate::Error> {
+    /// use std::time::Duration;
+    /// let counter = lock
+    ///     .edit_async("counter", Duration::from_secs(5), Duration::from_secs(10), |old| async move {
+    ///         let n: u64 = match old {
+    ///             Some(v) => std::str::from_utf8(&v)
+    ///                 .ok()
+    ///                 .and_then(|s| s.parse().ok())
+    ///                 .ok_or_else(|| mqstate::Error::InvalidArgument("not a number".into()))?,
+    ///             None => 0,
+    ///         };
+    ///         Ok::<_, mqstate::Error>(Some((n + 1).to_string().into()))
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn edit_async<F, Fut, E>(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: Duration,
+        timeout: Duration,
+        f: F,
+    ) -> Result<Option<Bytes>, E>
+    where
+        F: FnOnce(Option<Bytes>) -> Fut,
+        Fut: Future<Output = Result<Option<Bytes>, E>>,
+        E: From<Error>,
+    {
         let guard = self.lock(ttl, timeout).await?;
         let result = self.edit_locked(key.as_ref(), guard.token(), f).await;
         let unlocked = guard.unlock().await;
@@ -568,18 +708,20 @@ impl Lock {
         Ok(new)
     }
 
-    async fn edit_locked<F>(
+    async fn edit_locked<F, Fut, E>(
         &self,
         key: &[u8],
         token: &FencingToken,
         f: F,
-    ) -> Result<Option<Bytes>, Error>
+    ) -> Result<Option<Bytes>, E>
     where
-        F: FnOnce(Option<Bytes>) -> Option<Bytes>,
+        F: FnOnce(Option<Bytes>) -> Fut,
+        Fut: Future<Output = Result<Option<Bytes>, E>>,
+        E: From<Error>,
     {
         let client = &self.lease.client;
         let old = client.get(key).await?.map(|v| v.value);
-        let new = f(old);
+        let new = f(old).await?;
         match &new {
             Some(value) => {
                 client
@@ -654,6 +796,34 @@ pub enum LeadershipEvent {
     NewLeader(Option<Bytes>),
 }
 
+impl LeadershipEvent {
+    /// The stable snake_case name of the event (`"elected"`, `"renewed"`, `"lost"`,
+    /// `"resigned"`, `"new_leader"`), which every binding exposes (Node in camelCase:
+    /// `newLeader`); never renamed.
+    ///
+    /// ```
+    /// use mqstate::lock::LeadershipEvent;
+    /// assert_eq!(LeadershipEvent::NewLeader(None).name(), "new_leader");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeadershipEvent::Elected(_) => "elected",
+            LeadershipEvent::Renewed(_) => "renewed",
+            LeadershipEvent::Lost { .. } => "lost",
+            LeadershipEvent::Resigned => "resigned",
+            LeadershipEvent::NewLeader(_) => "new_leader",
+        }
+    }
+
+    /// The fencing token the event carries (`elected`, `renewed`).
+    pub fn token(&self) -> Option<&FencingToken> {
+        match self {
+            LeadershipEvent::Elected(t) | LeadershipEvent::Renewed(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 /// Leader election among candidates of one election: the leader holds the election's
 /// lease and renews it automatically; the others wait on it.
 ///
@@ -662,7 +832,7 @@ pub enum LeadershipEvent {
 /// use mqstate::lock::{LeaderElection, LeadershipEvent};
 ///
 /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
-/// let election = LeaderElection::new(&client, "election/pumps", "node-b");
+/// let election = LeaderElection::new(&client, "election/pumps", "node-b")?;
 /// let mut events = election.events().await?;
 /// let token = election.campaign(Duration::from_secs(5), Duration::from_secs(600)).await?;
 /// println!("leading with token {token}");
@@ -680,23 +850,45 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Candidate `candidate` in the election `election` (the key the leader holds).
+    /// Candidate `candidate` in the election `election` (the key the leader holds). An empty
+    /// election name or candidate is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let election = mqstate::lock::LeaderElection::new(client, "election/pumps", "node-b")?;
+    /// assert!(!election.is_leader());
+    /// # Ok(()) }
+    /// ```
     pub fn new(
         client: &Client,
         election: impl AsRef<[u8]>,
         candidate: impl AsRef<[u8]>,
-    ) -> LeaderElection {
-        LeaderElection {
-            lease: Lease::new(client, election, candidate),
+    ) -> Result<LeaderElection, Error> {
+        Ok(LeaderElection {
+            lease: Lease::named(
+                client,
+                election.as_ref(),
+                candidate.as_ref(),
+                "election",
+                "candidate",
+            )?,
             renew_fraction: DEFAULT_RENEW_FRACTION,
-        }
+        })
     }
 
-    /// Renew the term every `fraction` × term instead of half of it.
-    #[must_use]
-    pub fn with_renew_fraction(mut self, fraction: f64) -> LeaderElection {
-        self.renew_fraction = fraction;
-        self
+    /// Renew the term every `fraction` × term instead of half of it; `fraction` must be
+    /// strictly between 0 and 1 ([`Error::InvalidArgument`] otherwise).
+    ///
+    /// ```no_run
+    /// # fn demo(client: &mqstate::Client) -> Result<(), mqstate::Error> {
+    /// use mqstate::lock::LeaderElection;
+    /// let e = LeaderElection::new(client, "election/pumps", "node-b")?.with_renew_fraction(0.3)?;
+    /// assert!(LeaderElection::new(client, "e", "c")?.with_renew_fraction(1.0).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn with_renew_fraction(mut self, fraction: f64) -> Result<LeaderElection, Error> {
+        self.renew_fraction = check_renew_fraction(fraction)?;
+        Ok(self)
     }
 
     /// The lease underneath.
@@ -842,7 +1034,7 @@ pub mod blocking {
             holder: impl AsRef<[u8]>,
         ) -> Result<Lease, Error> {
             Ok(Lease {
-                inner: super::Lease::new(client.as_async(), name, holder),
+                inner: super::Lease::new(client.as_async(), name, holder)?,
                 handle: runtime(client)?,
             })
         }
@@ -935,9 +1127,23 @@ pub mod blocking {
             holder: impl AsRef<[u8]>,
         ) -> Result<Lock, Error> {
             Ok(Lock {
-                inner: super::Lock::new(client.as_async(), name, holder),
+                inner: super::Lock::new(client.as_async(), name, holder)?,
                 handle: runtime(client)?,
             })
+        }
+
+        /// See [`super::Lock::with_session_id`].
+        #[must_use]
+        pub fn with_session_id(self, session: impl AsRef<[u8]>) -> Lock {
+            Lock {
+                inner: self.inner.with_session_id(session),
+                handle: self.handle,
+            }
+        }
+
+        /// The async lock underneath.
+        pub fn as_async(&self) -> &super::Lock {
+            &self.inner
         }
 
         /// See [`super::Lock::lock`]; the guard's [`LockGuard::unlock`] blocks too.
@@ -961,6 +1167,27 @@ pub mod blocking {
             F: FnOnce(Option<Bytes>) -> Option<Bytes>,
         {
             block_on(&self.handle, self.inner.edit(key, ttl, timeout, f))?
+        }
+
+        /// [`Lock::edit`] with a fallible `f` (for callbacks of other languages): if `f`
+        /// fails, nothing is written, the lock is released and `f`'s error returned. See
+        /// [`super::Lock::edit_async`].
+        pub fn try_edit<F, E>(
+            &self,
+            key: impl AsRef<[u8]>,
+            ttl: Duration,
+            timeout: Duration,
+            f: F,
+        ) -> Result<Option<Bytes>, E>
+        where
+            F: FnOnce(Option<Bytes>) -> Result<Option<Bytes>, E>,
+            E: From<Error>,
+        {
+            block_on(
+                &self.handle,
+                self.inner
+                    .edit_async(key, ttl, timeout, |old| std::future::ready(f(old))),
+            )?
         }
     }
 
@@ -1011,8 +1238,16 @@ pub mod blocking {
             candidate: impl AsRef<[u8]>,
         ) -> Result<LeaderElection, Error> {
             Ok(LeaderElection {
-                inner: super::LeaderElection::new(client.as_async(), election, candidate),
+                inner: super::LeaderElection::new(client.as_async(), election, candidate)?,
                 handle: runtime(client)?,
+            })
+        }
+
+        /// See [`super::LeaderElection::with_renew_fraction`].
+        pub fn with_renew_fraction(self, fraction: f64) -> Result<LeaderElection, Error> {
+            Ok(LeaderElection {
+                inner: self.inner.with_renew_fraction(fraction)?,
+                handle: self.handle,
             })
         }
 

@@ -378,6 +378,10 @@ pub struct ConnectOptions {
     /// Default timeout of every request (default 10 s); see [`crate::Client::with_timeout`].
     pub request_timeout: Duration,
     /// How long one connection attempt (TCP, TLS, CONNECT/CONNACK) may take (default 10 s).
+    /// The minimum is 1 s: a shorter value is an [`Error::InvalidArgument`] at connect (the
+    /// MQTT layer counts it in whole seconds, so a fraction of a second is dropped). When
+    /// the first attempt takes longer, `Client::connect` fails with
+    /// [`Error::ConnectTimeout`] (kind `timeout`), whose message names host, port and limit.
     pub connect_timeout: Duration,
     /// Backoff between reconnection attempts.
     pub reconnect: ReconnectPolicy,
@@ -547,6 +551,34 @@ impl ConnectOptions {
         self
     }
 
+    /// The port used when none is given: [`DEFAULT_TLS_PORT`] (8883) with TLS,
+    /// [`DEFAULT_PORT`] (1883) without. Every binding asks this rather than deciding.
+    ///
+    /// ```
+    /// use mqstate::ConnectOptions;
+    ///
+    /// assert_eq!(ConnectOptions::default_port(true), 8883);
+    /// assert_eq!(ConnectOptions::default_port(false), 1883);
+    /// ```
+    pub fn default_port(tls: bool) -> u16 {
+        if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT }
+    }
+
+    /// Sets how long one connection attempt may take (builder style); see
+    /// [`ConnectOptions::connect_timeout`] (at least 1 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use mqstate::ConnectOptions;
+    /// let o = ConnectOptions::default().with_connect_timeout(Duration::from_secs(3));
+    /// assert_eq!(o.connect_timeout, Duration::from_secs(3));
+    /// ```
+    #[must_use]
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
     /// Sets the reconnection backoff (builder style).
     ///
     /// ```
@@ -561,11 +593,27 @@ impl ConnectOptions {
         self
     }
 
-    /// Parses `mqtt://[user[:password]@]host[:port][?query]` or `mqtts://...` (TLS, default
-    /// port 8883). Query parameters: `client_id`, `keep_alive` and `session_expiry` (seconds),
-    /// `request_timeout_ms`, `ca_file`, `cert_file`, `key_file`, `server_name`, `sat_file`,
-    /// `password_file`. User, password and values are percent-decoded. Any other parameter,
-    /// scheme or malformed part is an [`Error::InvalidArgument`] that names it.
+    /// Parses `mqtt://[user[:password]@]host[:port][?query]` (plain TCP, default port 1883)
+    /// or `mqtts://...` (TLS, default port 8883); `tcp://` and `ssl://` are synonyms. This is
+    /// the one URL parser: every binding passes its URL here unchanged.
+    ///
+    /// Query parameters (percent-decoded, like the user and password):
+    ///
+    /// | parameter | meaning |
+    /// |---|---|
+    /// | `client_id` | MQTT client id (no `:`; default: a generated `mqstate-...` id) |
+    /// | `keep_alive` | MQTT keep-alive, whole seconds, 5 to 65535 (default 60) |
+    /// | `session_expiry` | how long the broker keeps the session, whole seconds (default 3600) |
+    /// | `request_timeout_ms` | default timeout of every request, ms, > 0 (default 10000) |
+    /// | `connect_timeout_ms` | one connection attempt, ms, at least 1000 (default 10000) |
+    /// | `ca_file` | PEM CA bundle to trust (`mqtts://` only; default: the platform's roots) |
+    /// | `cert_file`, `key_file` | client certificate and key for mutual TLS (`mqtts://` only) |
+    /// | `server_name` | the name the broker's certificate must be valid for (`mqtts://` only) |
+    /// | `sat_file` | Kubernetes service account token file (`K8S-SAT` authentication) |
+    /// | `password_file` | file holding the MQTT password, read at every connection |
+    ///
+    /// Any other parameter, scheme or malformed part is an [`Error::InvalidArgument`] that
+    /// names it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -607,11 +655,7 @@ impl ConnectOptions {
             None => (None, authority),
         };
         let (host, port) = split_host_port(hostport).map_err(bad)?;
-        let port = port.unwrap_or(if use_tls {
-            DEFAULT_TLS_PORT
-        } else {
-            DEFAULT_PORT
-        });
+        let port = port.unwrap_or(Self::default_port(use_tls));
         let mut options = ConnectOptions::new(host, port);
         if use_tls {
             options.tls = Some(TlsOptions::default());
@@ -650,6 +694,16 @@ impl ConnectOptions {
                         .map_err(|_| {
                             bad(format!(
                                 "request_timeout_ms must be whole milliseconds, got {value:?}"
+                            ))
+                        })?;
+                }
+                "connect_timeout_ms" => {
+                    options.connect_timeout = value
+                        .parse::<u64>()
+                        .map(Duration::from_millis)
+                        .map_err(|_| {
+                            bad(format!(
+                                "connect_timeout_ms must be whole milliseconds, got {value:?}"
                             ))
                         })?;
                 }
@@ -810,8 +864,19 @@ impl ConnectOptions {
         Ok(options)
     }
 
-    /// Checks the values the MQTT layer cannot carry, before anything is sent.
-    pub(crate) fn validate(&self) -> Result<(), Error> {
+    /// Checks the values the MQTT layer cannot carry, before anything is sent (the one set
+    /// of option rules: [`crate::Client::connect`] calls it, and so does every binding's
+    /// option setter, so a bad value fails where it is given).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mqstate::ConnectOptions;
+    ///
+    /// assert!(ConnectOptions::default().validate().is_ok());
+    /// let short = ConnectOptions::default().with_keep_alive(Duration::from_secs(1));
+    /// assert!(short.validate().unwrap_err().to_string().contains("keep-alive"));
+    /// ```
+    pub fn validate(&self) -> Result<(), Error> {
         let invalid = |m: String| Err(Error::InvalidArgument(m));
         if self.host.is_empty() {
             return invalid("the broker host is empty".into());
@@ -836,7 +901,10 @@ impl ConnectOptions {
             return invalid("the request timeout is zero".into());
         }
         if self.connect_timeout < Duration::from_secs(1) {
-            return invalid("the connect timeout is under 1 s".into());
+            return invalid(format!(
+                "the connect timeout {:?} is under the minimum of 1 s",
+                self.connect_timeout
+            ));
         }
         if self.observation_buffer == 0 {
             return invalid("the observation buffer is zero".into());
@@ -854,9 +922,18 @@ impl ConnectOptions {
             if id.contains('\0') {
                 return invalid("the client id contains NUL".into());
             }
+            // The client id is the node id of the client's clock.
+            if let Err(e) = crate::hlc::check_node_id(id) {
+                return invalid(format!("client id: {e}"));
+            }
         }
         if self.password.is_some() && self.username.is_none() {
             return invalid("a password needs a user name".into());
+        }
+        if let Some(tls) = &self.tls
+            && tls.client_cert_file.is_some() != tls.client_key_file.is_some()
+        {
+            return invalid("mutual TLS needs both cert_file and key_file".into());
         }
         Ok(())
     }

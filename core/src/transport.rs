@@ -100,6 +100,30 @@ pub(crate) enum TransportEvent {
     Other,
 }
 
+/// Why a poll failed: a lost connection or a failed connection attempt, in words, and
+/// whether it was the connect timeout that passed (reported as a timeout, not a generic
+/// connection error).
+#[derive(Debug, Clone)]
+pub(crate) struct PollError {
+    pub(crate) message: String,
+    pub(crate) timed_out: bool,
+}
+
+impl From<&str> for PollError {
+    fn from(message: &str) -> Self {
+        PollError {
+            message: message.to_owned(),
+            timed_out: false,
+        }
+    }
+}
+
+impl std::fmt::Display for PollError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// The sending half, shared by every request.
 pub(crate) trait Publisher: Send + Sync + 'static {
     /// Hands a request to the connection. Waits (asynchronously) when the outgoing queue is
@@ -118,7 +142,7 @@ pub(crate) trait Publisher: Send + Sync + 'static {
 pub(crate) trait EventSource: Send + 'static {
     /// The next event; `Err` is a lost connection or a failed connection attempt (the next
     /// call tries to connect again).
-    fn poll(&mut self) -> impl Future<Output = Result<TransportEvent, String>> + Send;
+    fn poll(&mut self) -> impl Future<Output = Result<TransportEvent, PollError>> + Send;
 
     /// Sends a SUBSCRIBE to `filters` (QoS 1) before anything else queued.
     fn subscribe_first(&mut self, filters: &[String]);
@@ -222,8 +246,12 @@ impl std::fmt::Debug for RumqttcEvents {
 }
 
 impl EventSource for RumqttcEvents {
-    async fn poll(&mut self) -> Result<TransportEvent, String> {
-        let event = self.eventloop.poll().await.map_err(|e| e.to_string())?;
+    async fn poll(&mut self) -> Result<TransportEvent, PollError> {
+        let event = self.eventloop.poll().await.map_err(|e| PollError {
+            timed_out: matches!(e, rumqttc::v5::ConnectionError::Timeout(_))
+                || matches!(&e, rumqttc::v5::ConnectionError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut),
+            message: e.to_string(),
+        })?;
         Ok(match event {
             Event::Incoming(Packet::ConnAck(ack)) => TransportEvent::Connected {
                 session_present: ack.session_present,

@@ -97,3 +97,49 @@ async fn a_request_over_the_broker_limit_is_refused_before_sending() {
     })
     .await;
 }
+
+/// A broker that accepts TCP connections and never answers: the connect times out, and the
+/// error is a `timeout` whose message names host, port and limit (the same in every binding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_times_out_is_a_timeout_naming_host_port_and_limit() {
+    bounded("connect_timeout", async {
+        use mqstate::{Client, ConnectOptions, ErrorKind};
+        use std::time::Duration;
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let accept = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                held.push(socket);
+            }
+        });
+        let options =
+            ConnectOptions::new("127.0.0.1", port).with_connect_timeout(Duration::from_secs(1));
+        let err = Client::connect(options).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        let message = err.to_string();
+        assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+        assert!(message.contains("1s"), "{message}");
+        accept.abort();
+
+        // Under the 1 s minimum is refused before anything is attempted.
+        let err = Client::connect(
+            ConnectOptions::new("127.0.0.1", port).with_connect_timeout(Duration::from_millis(999)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.to_string().contains("minimum of 1 s"), "{err}");
+    })
+    .await;
+}
+
+#[test]
+fn a_client_id_with_a_colon_is_refused_as_it_is_the_clock_node_id() {
+    let err = mqstate::ConnectOptions::from_url("mqtt://127.0.0.1?client_id=a%3Ab").unwrap_err();
+    assert_eq!(err.kind(), mqstate::ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("cannot contain ':'"), "{err}");
+    let o = mqstate::ConnectOptions::from_url("mqtt://h?connect_timeout_ms=2500").unwrap();
+    assert_eq!(o.connect_timeout, std::time::Duration::from_millis(2500));
+    assert!(mqstate::ConnectOptions::from_url("mqtt://h?connect_timeout_ms=500").is_err());
+}

@@ -34,8 +34,8 @@ async fn two_holders_contend_and_exactly_one_wins() {
         client(&server, "lease-a").await,
         client(&server, "lease-b").await,
     );
-    let la = Lease::new(&a, "lease/contend", "A");
-    let lb = Lease::new(&b, "lease/contend", "B");
+    let la = Lease::new(&a, "lease/contend", "A").unwrap();
+    let lb = Lease::new(&b, "lease/contend", "B").unwrap();
     let ttl = Duration::from_secs(30);
     let (ra, rb) = tokio::join!(la.acquire(ttl), lb.acquire(ttl));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
@@ -68,8 +68,8 @@ async fn the_loser_acquires_after_expiry() {
         client(&server, "exp-a").await,
         client(&server, "exp-b").await,
     );
-    let la = Lease::new(&a, "lease/expiry", "A");
-    let lb = Lease::new(&b, "lease/expiry", "B");
+    let la = Lease::new(&a, "lease/expiry", "A").unwrap();
+    let lb = Lease::new(&b, "lease/expiry", "B").unwrap();
     assert!(
         la.acquire(Duration::from_millis(300))
             .await
@@ -90,7 +90,9 @@ async fn renewal_keeps_the_lease_and_tokens_increase() {
         client(&server, "renew-a").await,
         client(&server, "renew-b").await,
     );
-    let la = Lease::new(&a, "lease/renew", "A").with_session_id("s1");
+    let la = Lease::new(&a, "lease/renew", "A")
+        .unwrap()
+        .with_session_id("s1");
     assert_eq!(la.holder_value(), "A:s1");
     let ttl = Duration::from_millis(600);
     let first = la.acquire(ttl).await.unwrap().unwrap();
@@ -113,7 +115,7 @@ async fn renewal_keeps_the_lease_and_tokens_increase() {
         }
     }
     // 6 renewals at 0.4 × 600 ms: well past several ttls, and still held.
-    let lb = Lease::new(&b, "lease/renew", "B");
+    let lb = Lease::new(&b, "lease/renew", "B").unwrap();
     assert!(lb.acquire(ttl).await.unwrap().is_none());
     assert_eq!(la.current_token(), Some(last));
     assert!(la.release().await.unwrap());
@@ -128,7 +130,7 @@ async fn a_stale_token_is_rejected() {
         client(&server, "fence-b").await,
     );
     let ttl = Duration::from_secs(30);
-    let la = Lease::new(&a, "lease/fence", "A");
+    let la = Lease::new(&a, "lease/fence", "A").unwrap();
     let old = la.acquire(ttl).await.unwrap().unwrap();
     a.set(
         "protected",
@@ -139,7 +141,7 @@ async fn a_stale_token_is_rejected() {
     .unwrap();
     la.release().await.unwrap();
 
-    let lb = Lease::new(&b, "lease/fence", "B");
+    let lb = Lease::new(&b, "lease/fence", "B").unwrap();
     let new = lb.acquire(ttl).await.unwrap().unwrap();
     assert!(new > old);
     b.set(
@@ -174,7 +176,7 @@ async fn auto_renewal_reports_loss_when_the_key_is_deleted() {
         client(&server, "lost-a").await,
         client(&server, "lost-b").await,
     );
-    let la = Lease::new(&a, "lease/lost", "A");
+    let la = Lease::new(&a, "lease/lost", "A").unwrap();
     la.acquire(Duration::from_secs(10)).await.unwrap().unwrap();
     let mut events = la.events();
     la.auto_renew(0.5).unwrap();
@@ -192,7 +194,7 @@ async fn auto_renewal_reports_loss_when_the_key_is_deleted() {
 async fn auto_renewal_reports_loss_when_the_server_stops_answering() {
     let server = LocalServer::start().await.unwrap();
     let a = client(&server, "silent-a").await;
-    let la = Lease::new(&a, "lease/silent", "A");
+    let la = Lease::new(&a, "lease/silent", "A").unwrap();
     la.acquire(Duration::from_millis(800))
         .await
         .unwrap()
@@ -214,10 +216,10 @@ async fn acquire_wait_wakes_on_delete_not_on_a_timer() {
         client(&server, "wake-a").await,
         client(&server, "wake-b").await,
     );
-    let la = Lease::new(&a, "lease/wake", "A");
+    let la = Lease::new(&a, "lease/wake", "A").unwrap();
     la.acquire(Duration::from_secs(60)).await.unwrap().unwrap();
     // B's own ttl (its retry safety net) is 60 s too: only the DELETE can wake it in time.
-    let lb = Lease::new(&b, "lease/wake", "B");
+    let lb = Lease::new(&b, "lease/wake", "B").unwrap();
     let waiter = tokio::spawn(async move {
         let token = lb
             .acquire_wait(Duration::from_secs(60), Duration::from_secs(50))
@@ -240,16 +242,19 @@ async fn acquire_wait_times_out_with_a_timeout_error() {
     let server = LocalServer::start().await.unwrap();
     let (a, b) = (client(&server, "to-a").await, client(&server, "to-b").await);
     Lease::new(&a, "lease/to", "A")
+        .unwrap()
         .acquire(Duration::from_secs(60))
         .await
         .unwrap()
         .unwrap();
     let err = Lease::new(&b, "lease/to", "B")
+        .unwrap()
         .acquire_wait(Duration::from_secs(60), Duration::from_millis(300))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Timeout(_)), "{err}");
     let err = Lease::new(&b, "lease/to", "B")
+        .unwrap()
         .acquire(Duration::ZERO)
         .await
         .unwrap_err();
@@ -264,8 +269,8 @@ async fn lock_guards_and_fenced_edits() {
         client(&server, "lock-b").await,
     );
     let ttl = Duration::from_secs(10);
-    let lock_a = Lock::new(&a, "lock/counter", "A");
-    let lock_b = Lock::new(&b, "lock/counter", "B");
+    let lock_a = Lock::new(&a, "lock/counter", "A").unwrap();
+    let lock_b = Lock::new(&b, "lock/counter", "B").unwrap();
 
     // Concurrent increments under the lock never lose an update. Each concurrent user is a
     // holder of its own: two users with the same holder value share the lease.
@@ -279,8 +284,8 @@ async fn lock_guards_and_fenced_edits() {
     let users = [
         lock_a.clone(),
         lock_b.clone(),
-        Lock::new(&a, "lock/counter", "A2"),
-        Lock::new(&b, "lock/counter", "B2"),
+        Lock::new(&a, "lock/counter", "A2").unwrap(),
+        Lock::new(&b, "lock/counter", "B2").unwrap(),
     ];
     for lock in users {
         tasks.push(tokio::spawn(async move {
@@ -330,7 +335,9 @@ async fn candidate(server: &LocalServer, name: &str, generation: u32) -> Candida
     // A restarted candidate is a new holder (as with a session id): the same holder value
     // would take its predecessor's lease over at once.
     let election = LeaderElection::new(&client, "election/test", format!("{name}:{generation}"))
-        .with_renew_fraction(0.3);
+        .unwrap()
+        .with_renew_fraction(0.3)
+        .unwrap();
     let e = election.clone();
     let campaign = tokio::spawn(async move {
         // Campaign until elected; a candidate that is killed just stops.
@@ -359,7 +366,7 @@ impl Candidate {
 async fn leader_election_has_one_leader_through_random_kills() {
     let server = LocalServer::start().await.unwrap();
     let observer = client(&server, "election-observer").await;
-    let watcher = LeaderElection::new(&observer, "election/test", "observer-only");
+    let watcher = LeaderElection::new(&observer, "election/test", "observer-only").unwrap();
     let mut changes = watcher.events().await.unwrap();
 
     let names = ["c1", "c2", "c3"];
@@ -483,4 +490,120 @@ fn blocking_lease_and_election() {
     a.close();
     b.close();
     runtime.block_on(server.shutdown());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_core_owns_the_name_fraction_and_session_rules() {
+    let server = LocalServer::start().await.unwrap();
+    let a = client(&server, "rules-a").await;
+    let invalid = |r: Result<(), Error>, words: &str| {
+        let e = r.expect_err(words);
+        assert_eq!(e.kind(), mqstate::ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains(words), "{e}");
+    };
+    invalid(Lease::new(&a, "", "h").map(drop), "lease name is empty");
+    invalid(Lease::new(&a, "n", "").map(drop), "lease holder is empty");
+    invalid(Lock::new(&a, "", "h").map(drop), "lock name is empty");
+    invalid(Lock::new(&a, "n", b"").map(drop), "lock holder is empty");
+    invalid(
+        LeaderElection::new(&a, "", "c").map(drop),
+        "election name is empty",
+    );
+    invalid(
+        LeaderElection::new(&a, "e", "").map(drop),
+        "election candidate is empty",
+    );
+    for bad in [0.0, 1.0, -0.5, f64::NAN] {
+        let e = LeaderElection::new(&a, "e", "c").unwrap();
+        invalid(e.with_renew_fraction(bad).map(drop), "between 0 and 1");
+    }
+    let lock = Lock::new(&a, "lock/session", "host")
+        .unwrap()
+        .with_session_id("s-1");
+    assert_eq!(lock.lease().holder_value(), "host:s-1");
+    let guard = lock.lock(Duration::from_secs(5), WAIT).await.unwrap();
+    assert_eq!(
+        a.get("lock/session").await.unwrap().unwrap().value,
+        "host:s-1"
+    );
+    assert!(guard.unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_async_awaits_f_and_a_failing_f_writes_nothing_and_unlocks() {
+    let server = LocalServer::start().await.unwrap();
+    let a = client(&server, "edit-async-a").await;
+    let lock = Lock::new(&a, "lock/edit-async", "A").unwrap();
+    let ttl = Duration::from_secs(10);
+    a.set("edited", "1", SetOptions::default()).await.unwrap();
+
+    let new = lock
+        .edit_async("edited", ttl, WAIT, |old| async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut v = old.unwrap().to_vec();
+            v.extend_from_slice(b"+");
+            Ok::<_, Error>(Some(v.into()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(new.as_deref(), Some(&b"1+"[..]));
+    assert_eq!(a.get("edited").await.unwrap().unwrap().value, "1+");
+
+    #[derive(Debug)]
+    enum AppError {
+        Refused,
+        Store(Error),
+    }
+    impl From<Error> for AppError {
+        fn from(e: Error) -> Self {
+            AppError::Store(e)
+        }
+    }
+    let err = lock
+        .edit_async("edited", ttl, WAIT, |_old| async { Err(AppError::Refused) })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AppError::Refused), "{err:?}");
+    assert_eq!(a.get("edited").await.unwrap().unwrap().value, "1+");
+    // The lock was released: the key is gone and another holder takes it at once.
+    assert!(a.get("lock/edit-async").await.unwrap().is_none());
+    let other = Lock::new(&a, "lock/edit-async", "B").unwrap();
+    let guard = other.lock(ttl, Duration::from_secs(1)).await.unwrap();
+    assert!(guard.unlock().await.unwrap());
+    // The store errors still come through, converted.
+    let err = Lock::new(&a, "lock/edit-async", "C")
+        .unwrap()
+        .edit_async("", ttl, WAIT, |_| async { Ok::<_, AppError>(None) })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, AppError::Store(ref e) if e.kind() == mqstate::ErrorKind::InvalidArgument),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn event_names_are_stable() {
+    let t = mqstate::Hlc::new(1, 0, "StateStore");
+    let lease = [
+        (LeaseEvent::Acquired(t.clone()), "acquired"),
+        (LeaseEvent::Renewed(t.clone()), "renewed"),
+        (LeaseEvent::Lost { reason: "x".into() }, "lost"),
+        (LeaseEvent::Released, "released"),
+    ];
+    for (e, name) in lease {
+        assert_eq!(e.name(), name);
+    }
+    let leadership = [
+        (LeadershipEvent::Elected(t.clone()), "elected"),
+        (LeadershipEvent::Renewed(t.clone()), "renewed"),
+        (LeadershipEvent::Lost { reason: "x".into() }, "lost"),
+        (LeadershipEvent::Resigned, "resigned"),
+        (LeadershipEvent::NewLeader(None), "new_leader"),
+    ];
+    for (e, name) in leadership {
+        assert_eq!(e.name(), name);
+    }
+    assert_eq!(LeaseEvent::Acquired(t.clone()).token(), Some(&t));
+    assert_eq!(LeadershipEvent::Resigned.token(), None);
 }

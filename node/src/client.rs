@@ -148,12 +148,9 @@ fn connect_options(o: ClientOptions) -> Result<ConnectOptions, Error> {
                 }
             }
         }
+        // Without a URL or a port, the core decides the port (8883 with TLS).
         if o.url.is_none() && o.port.is_none() {
-            c.port = if c.tls.is_some() {
-                mqstate::options::DEFAULT_TLS_PORT
-            } else {
-                mqstate::options::DEFAULT_PORT
-            };
+            c.port = ConnectOptions::default_port(c.tls.is_some());
         }
     }
     if let Some(port) = o.port {

@@ -63,14 +63,9 @@ impl Hlc {
     ) -> napi::Result<Self> {
         let ms = part(&env, "ms", ms)?;
         let counter = part(&env, "counter", counter)?;
-        if node_id.contains(':') {
-            return Err(js_error(
-                &env,
-                &Error::InvalidArgument(format!("Hlc nodeId {node_id:?} contains ':'")),
-                &[],
-            ));
-        }
-        Ok(mqstate::Hlc::new(ms, counter, node_id).into())
+        mqstate::Hlc::try_new(ms, counter, node_id)
+            .map(Hlc::from)
+            .map_err(|e| js_error(&env, &Error::from(e), &[]))
     }
 
     /// Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an

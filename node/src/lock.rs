@@ -12,6 +12,7 @@ use mqstate::{Client, Error};
 use napi::Env;
 use napi::bindgen_prelude::{Buffer, BufferSlice, Either, PromiseRaw, Uint8ArraySlice};
 use napi_derive::napi;
+use tokio::sync::oneshot;
 
 use crate::client::{CancelToken, NativeClient, receiver};
 use crate::error::js_error;
@@ -19,25 +20,27 @@ use crate::hlc::Hlc;
 use crate::stream::Pull;
 use crate::util::{bytes, millis, rejected, spawn};
 
-/// A required duration in ms, greater than zero.
+/// A duration in ms from JavaScript (the core decides which values are allowed: a ttl or a
+/// term of zero is refused there).
 fn duration(name: &str, ms: f64) -> Result<std::time::Duration, Error> {
-    match millis(name, Some(ms))? {
-        Some(d) if !d.is_zero() => Ok(d),
-        _ => Err(Error::InvalidArgument(format!(
-            "{name} must be greater than zero, got {ms}"
-        ))),
-    }
+    Ok(millis(name, Some(ms))?.unwrap_or_default())
 }
 
-fn fraction(value: Option<f64>) -> Result<f64, Error> {
-    let f = value.unwrap_or(mqstate::lock::DEFAULT_RENEW_FRACTION);
-    if f > 0.0 && f < 1.0 {
-        Ok(f)
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "renewFraction must be between 0 and 1 (exclusive), got {f}"
-        )))
+/// The core's event name in JavaScript's camelCase (`new_leader` -> `newLeader`).
+fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
     }
+    out
 }
 
 fn token(t: Option<mqstate::Hlc>) -> Option<Hlc> {
@@ -54,7 +57,7 @@ pub struct LockEvent<'a> {
     /// Lease: `acquired`, `renewed`, `lost`, `released`. Election: `elected`, `renewed`,
     /// `lost`, `resigned`, `newLeader`.
     #[napi(js_name = "type")]
-    pub kind: &'static str,
+    pub kind: String,
     /// The fencing token (`acquired`, `renewed`, `elected`).
     pub token: Option<Hlc>,
     /// Why the lease or the leadership was lost (`lost`).
@@ -73,58 +76,36 @@ impl std::fmt::Debug for LockEvent<'_> {
     }
 }
 
-fn event(kind: &'static str) -> LockEvent<'static> {
+fn lease_event(e: LeaseEvent) -> LockEvent<'static> {
     LockEvent {
-        kind,
-        token: None,
-        reason: None,
+        kind: camel(e.name()),
+        token: e.token().cloned().map(Hlc::from),
+        reason: match e {
+            LeaseEvent::Lost { reason } => Some(reason),
+            _ => None,
+        },
         leader: None,
     }
 }
 
-fn lease_event(e: LeaseEvent) -> LockEvent<'static> {
-    match e {
-        LeaseEvent::Acquired(t) => LockEvent {
-            token: Some(t.into()),
-            ..event("acquired")
-        },
-        LeaseEvent::Renewed(t) => LockEvent {
-            token: Some(t.into()),
-            ..event("renewed")
-        },
-        LeaseEvent::Lost { reason } => LockEvent {
-            reason: Some(reason),
-            ..event("lost")
-        },
-        LeaseEvent::Released => event("released"),
-        // A kind this binding does not know yet.
-        _ => event("unknown"),
-    }
-}
-
 fn leadership_event(env: &Env, e: LeadershipEvent) -> napi::Result<LockEvent<'_>> {
-    Ok(match e {
-        LeadershipEvent::Elected(t) => LockEvent {
-            token: Some(t.into()),
-            ..event("elected")
-        },
-        LeadershipEvent::Renewed(t) => LockEvent {
-            token: Some(t.into()),
-            ..event("renewed")
-        },
-        LeadershipEvent::Lost { reason } => LockEvent {
-            reason: Some(reason),
-            ..event("lost")
-        },
-        LeadershipEvent::Resigned => event("resigned"),
-        LeadershipEvent::NewLeader(leader) => LockEvent {
-            leader: Some(match buffer(env, leader)? {
+    let (kind, token) = (camel(e.name()), e.token().cloned().map(Hlc::from));
+    let (reason, leader) = match e {
+        LeadershipEvent::Lost { reason } => (Some(reason), None),
+        LeadershipEvent::NewLeader(leader) => (
+            None,
+            Some(match buffer(env, leader)? {
                 Some(b) => Either::A(b),
                 None => Either::B(napi::bindgen_prelude::Null),
             }),
-            ..event("newLeader")
-        },
-        _ => event("unknown"),
+        ),
+        _ => (None, None),
+    };
+    Ok(LockEvent {
+        kind,
+        token,
+        reason,
+        leader,
     })
 }
 
@@ -141,19 +122,21 @@ impl NativeLease {
     /// A lease on key `name` held as `holder` (`holder:sessionId` with a session id).
     #[napi(constructor)]
     pub fn new(
+        env: Env,
         client: &NativeClient,
         name: Either<String, Uint8ArraySlice<'_>>,
         holder: Either<String, Uint8ArraySlice<'_>>,
         session_id: Option<Either<String, Uint8ArraySlice<'_>>>,
-    ) -> Self {
-        let mut lease = Lease::new(&client.client, bytes(name), bytes(holder));
+    ) -> napi::Result<Self> {
+        let mut lease = Lease::new(&client.client, bytes(name), bytes(holder))
+            .map_err(|e| js_error(&env, &e, &[]))?;
         if let Some(session) = session_id {
             lease = lease.with_session_id(bytes(session));
         }
-        NativeLease {
+        Ok(NativeLease {
             lease,
             client: client.client.clone(),
-        }
+        })
     }
 
     /// The lease's key.
@@ -240,11 +223,10 @@ impl NativeLease {
     /// event), `stopRenewal()` or `release()`. Keeps no handle on Node's event loop.
     #[napi]
     pub fn auto_renew(&self, env: Env, fraction: Option<f64>) -> napi::Result<()> {
-        let result = crate::lock::fraction(fraction).and_then(|f| {
-            // The renewal task is spawned on the addon's runtime.
-            napi::bindgen_prelude::within_runtime_if_available(|| self.lease.auto_renew(f))
-        });
-        result.map_err(|e| js_error(&env, &e, &[]))
+        let f = fraction.unwrap_or(mqstate::lock::DEFAULT_RENEW_FRACTION);
+        // The renewal task is spawned on the addon's runtime.
+        napi::bindgen_prelude::within_runtime_if_available(|| self.lease.auto_renew(f))
+            .map_err(|e| js_error(&env, &e, &[]))
     }
 
     /// Stops the automatic renewal (the lease stays held until its ttl passes).
@@ -333,24 +315,18 @@ impl NativeLock {
     /// The lock `name`, taken as `holder` (`holder:sessionId` with a session id).
     #[napi(constructor)]
     pub fn new(
+        env: Env,
         client: &NativeClient,
         name: Either<String, Uint8ArraySlice<'_>>,
         holder: Either<String, Uint8ArraySlice<'_>>,
         session_id: Option<Either<String, Uint8ArraySlice<'_>>>,
-    ) -> Self {
-        let holder = match session_id {
-            // The same `holder:session` form as Lease::with_session_id.
-            Some(session) => {
-                let mut h = bytes(holder).to_vec();
-                h.push(b':');
-                h.extend_from_slice(&bytes(session));
-                Bytes::from(h)
-            }
-            None => bytes(holder),
-        };
-        NativeLock {
-            lock: Lock::new(&client.client, bytes(name), holder),
+    ) -> napi::Result<Self> {
+        let mut lock = Lock::new(&client.client, bytes(name), bytes(holder))
+            .map_err(|e| js_error(&env, &e, &[]))?;
+        if let Some(session) = session_id {
+            lock = lock.with_session_id(bytes(session));
         }
+        Ok(NativeLock { lock })
     }
 
     /// The lock's key.
@@ -394,6 +370,57 @@ impl NativeLock {
         )
     }
 
+    /// Starts the core's fenced read-modify-write of `key` (`Lock::edit_async`): resolves
+    /// once the lock is held and `key` read, with a `NativeEdit` whose `old` is the value and
+    /// whose `finish(value)` / `abandon()` complete it (the lock is released in every case).
+    #[napi]
+    pub fn edit_start<'env>(
+        &self,
+        env: &'env Env,
+        key: Either<String, Uint8ArraySlice<'_>>,
+        ttl_ms: f64,
+        timeout_ms: f64,
+    ) -> napi::Result<PromiseRaw<'env, NativeEdit>> {
+        let durations =
+            duration("ttlMs", ttl_ms).and_then(|t| Ok((t, duration("timeoutMs", timeout_ms)?)));
+        let (ttl, wait) = match durations {
+            Ok(d) => d,
+            Err(e) => return rejected(env, e),
+        };
+        let (key, lock) = (bytes(key), self.lock.clone());
+        spawn(
+            env,
+            None,
+            async move {
+                let (old_tx, old_rx) = oneshot::channel::<Option<Bytes>>();
+                let (reply_tx, reply_rx) = oneshot::channel::<Option<Bytes>>();
+                let (done_tx, done_rx) = oneshot::channel();
+                tokio::spawn(async move {
+                    let result = lock
+                        .edit_async(key, ttl, wait, |old| async move {
+                            let _ = old_tx.send(old);
+                            reply_rx.await.map_err(|_| abandoned())
+                        })
+                        .await;
+                    let _ = done_tx.send(result);
+                });
+                match old_rx.await {
+                    Ok(old) => Ok(NativeEdit {
+                        old,
+                        reply: Mutex::new(Some(reply_tx)),
+                        done: Arc::new(tokio::sync::Mutex::new(Some(done_rx))),
+                    }),
+                    // The lock or the read failed: the task says why.
+                    Err(_) => match done_rx.await {
+                        Ok(Err(e)) => Err(e),
+                        _ => Err(abandoned()),
+                    },
+                }
+            },
+            |_, edit| Ok(edit),
+        )
+    }
+
     /// Who holds the lock now, or null.
     #[napi(ts_return_type = "Promise<Buffer | null>")]
     pub fn holder<'env>(
@@ -407,6 +434,89 @@ impl NativeLock {
             receiver(cancel),
             async move { lease.holder().await },
             buffer,
+        )
+    }
+}
+
+/// Why the JavaScript side abandoned an edit (its function threw or rejected): the core
+/// then writes nothing and unlocks.
+fn abandoned() -> Error {
+    Error::InvalidArgument("the edit function failed: nothing was written".into())
+}
+
+/// A fenced read-modify-write in progress (`NativeLock.editStart`): the core's
+/// `Lock::edit_async` runs in a task, holding the lock and waiting for the value the
+/// JavaScript function computes from `old`; `finish(value)` or `abandon()` completes it.
+#[napi]
+#[derive(Debug)]
+pub struct NativeEdit {
+    old: Option<Bytes>,
+    reply: Mutex<Option<oneshot::Sender<Option<Bytes>>>>,
+    done: Arc<tokio::sync::Mutex<Option<oneshot::Receiver<Result<Option<Bytes>, Error>>>>>,
+}
+
+impl NativeEdit {
+    /// Takes the reply channel (once): sending on it completes the edit, dropping it
+    /// abandons it.
+    fn take_reply(&self) -> Option<oneshot::Sender<Option<Bytes>>> {
+        self.reply
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+#[napi]
+impl NativeEdit {
+    /// The key's value when the lock was taken, or null when there was no key.
+    #[napi(getter, ts_return_type = "Buffer | null")]
+    pub fn old<'env>(&self, env: &'env Env) -> napi::Result<Option<BufferSlice<'env>>> {
+        buffer(env, self.old.clone())
+    }
+
+    /// Writes `value` (null deletes the key) with the lock's fencing token and unlocks;
+    /// resolves with the value written.
+    #[napi(ts_return_type = "Promise<Buffer | null>")]
+    pub fn finish<'env>(
+        &self,
+        env: &'env Env,
+        value: Option<Either<String, Uint8ArraySlice<'_>>>,
+    ) -> napi::Result<PromiseRaw<'env, Option<BufferSlice<'env>>>> {
+        if let Some(reply) = self.take_reply() {
+            let _ = reply.send(value.map(bytes));
+        }
+        let done = self.done.clone();
+        spawn(
+            env,
+            None,
+            async move {
+                let receiver = done.lock().await.take();
+                match receiver {
+                    Some(r) => r.await.unwrap_or_else(|_| Err(abandoned())),
+                    None => Err(Error::InvalidArgument(
+                        "this edit was completed already".into(),
+                    )),
+                }
+            },
+            buffer,
+        )
+    }
+
+    /// Abandons the edit: nothing is written; resolves once the lock is released.
+    #[napi]
+    pub fn abandon<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
+        drop(self.take_reply());
+        let done = self.done.clone();
+        spawn(
+            env,
+            None,
+            async move {
+                if let Some(receiver) = done.lock().await.take() {
+                    let _ = receiver.await;
+                }
+                Ok(())
+            },
+            |_, ()| Ok(()),
         )
     }
 }
@@ -470,10 +580,15 @@ impl NativeLeaderElection {
         candidate: Either<String, Uint8ArraySlice<'_>>,
         renew_fraction: Option<f64>,
     ) -> napi::Result<Self> {
-        let f = fraction(renew_fraction).map_err(|e| js_error(&env, &e, &[]))?;
+        let election = LeaderElection::new(&client.client, bytes(election), bytes(candidate))
+            .and_then(|e| {
+                e.with_renew_fraction(
+                    renew_fraction.unwrap_or(mqstate::lock::DEFAULT_RENEW_FRACTION),
+                )
+            })
+            .map_err(|e| js_error(&env, &e, &[]))?;
         Ok(NativeLeaderElection {
-            election: LeaderElection::new(&client.client, bytes(election), bytes(candidate))
-                .with_renew_fraction(f),
+            election,
             client: client.client.clone(),
         })
     }

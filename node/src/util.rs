@@ -30,7 +30,7 @@ pub(crate) fn millis(name: &str, value: Option<f64>) -> Result<Option<Duration>,
             .map(Some)
             .map_err(|_| Error::InvalidArgument(format!("{name} is out of range: {ms} ms"))),
         Some(ms) => Err(Error::InvalidArgument(format!(
-            "{name} must be a finite number of milliseconds >= 0, got {ms}"
+            "{name} must be a finite, non-negative number of milliseconds, got {ms}"
         ))),
     }
 }

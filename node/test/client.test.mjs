@@ -2,10 +2,32 @@
 // fencing, binary data, not-found / not-applied outcomes, typed errors.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { Client, Hlc, LocalServer, isMqstateError } from '../index.js';
 import { eventually, localServer, silentBroker, sleep, uniqueKey } from './helpers.mjs';
 
 const ctx = localServer();
+
+describe('connect timeout', () => {
+  it('a connect that times out is ERR_TIMEOUT naming host, port and the limit', async () => {
+    // Accepts TCP connections and never answers the MQTT CONNECT.
+    const held = [];
+    const server = net.createServer((socket) => held.push(socket));
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address();
+    try {
+      const e = await rejectsWith(
+        Client.connect({ host: '127.0.0.1', port, connectTimeoutMs: 1000 }),
+        'ERR_TIMEOUT',
+      );
+      assert.match(e.message, new RegExp(`127\\.0\\.0\\.1:${port}`));
+      assert.match(e.message, /1s/);
+    } finally {
+      for (const socket of held) socket.destroy();
+      server.close();
+    }
+  });
+});
 
 /** Asserts that `p` rejects with an `Error` whose `code` is `code`; returns the error. */
 async function rejectsWith(p, code) {
@@ -217,6 +239,10 @@ describe('errors', () => {
     await rejectsWith(c.set('k', 'v', { nx: true, nex: true }), 'ERR_INVALID_ARGUMENT');
     await rejectsWith(c.set('k', 'v', { expiryMs: -1 }), 'ERR_INVALID_ARGUMENT');
     await rejectsWith(c.set('k', 'v', { expiryMs: Number.NaN }), 'ERR_INVALID_ARGUMENT');
+    // Zero is refused (the protocol's PX must be > 0), and the NaN message does not claim
+    // that 0 would do; no expiry is the option left out.
+    await rejectsWith(c.set('k', 'v', { expiryMs: 0 }), 'ERR_INVALID_ARGUMENT');
+    await assert.rejects(c.set('k', 'v', { expiryMs: Number.NaN }), (e) => !e.message.includes('>= 0'));
     await rejectsWith(c.set('k', 'v', { fencingToken: 'not-an-hlc' }), 'ERR_INVALID_ARGUMENT');
     await rejectsWith(c.set('k', 'v', { fencingToken: 5 }), 'ERR_INVALID_ARGUMENT');
     await rejectsWith(c.get('k', { timeoutMs: -5 }), 'ERR_INVALID_ARGUMENT');

@@ -227,6 +227,29 @@ describe('Lock', () => {
     assert.equal((await clients[0].get(counter)).value.toString(), String(clients.length * rounds));
   });
 
+  it('edit: a throwing f writes nothing, unlocks, and its error comes back', async () => {
+    const c = await ctx.connect();
+    const name = uniqueKey();
+    const k = uniqueKey();
+    await c.set(k, 'kept');
+    const lock = new Lock(c, name, 'me', { sessionId: 's1' });
+    assert.equal(lock.holderValue.toString(), 'me:s1');
+    const boom = new Error('boom');
+    await assert.rejects(lock.edit(k, 5000, 1000, async () => { throw boom; }), (e) => e === boom);
+    assert.equal((await c.get(k)).value.toString(), 'kept');
+    assert.equal(await lock.holder(), null, 'unlocked after the throw');
+    assert.equal((await lock.edit(k, 5000, 1000, (old) => `${old}!`)).toString(), 'kept!');
+  });
+
+  it('the core refuses empty names and holders, and a renewFraction outside (0, 1)', async () => {
+    const c = await ctx.connect();
+    const invalid = (f, re) => assert.throws(f, (e) => e.code === 'ERR_INVALID_ARGUMENT' && re.test(e.message));
+    invalid(() => new Lease(c, '', 'h'), /lease name is empty/);
+    invalid(() => new Lock(c, 'n', ''), /lock holder is empty/);
+    invalid(() => new LeaderElection(c, 'e', ''), /election candidate is empty/);
+    invalid(() => new LeaderElection(c, 'e', 'c', { renewFraction: 1 }), /renewal fraction/);
+  });
+
   it('edit returning null deletes; withLock unlocks when f throws', async () => {
     const c = await ctx.connect();
     const name = uniqueKey();

@@ -7,6 +7,36 @@ import { eventually, localServer, sleep, uniqueKey } from './helpers.mjs';
 const ctx = localServer();
 
 describe('observe', () => {
+  it('a lagging observer gets ERR_LAGGED with the count, and the observation goes on', async () => {
+    const watcher = await ctx.connect({ observationBuffer: 2 });
+    const writer = await ctx.connect();
+    const k = uniqueKey('lagging');
+    const observation = watcher.observe(k);
+    await observation.ready;
+    for (let i = 0; i < 10; i++) await writer.set(k, `v${i}`);
+    await sleep(300); // let the notifications arrive (and overflow the buffer of 2)
+    let lagged;
+    for (let i = 0; i < 12 && lagged === undefined; i++) {
+      try {
+        await observation.next();
+      } catch (e) {
+        lagged = e;
+      }
+    }
+    assert.equal(lagged?.code, 'ERR_LAGGED', String(lagged));
+    assert.match(lagged.message, /\d+ notifications dropped/);
+    // Not ended: later changes still come through.
+    await writer.set(k, 'after');
+    let value;
+    for (let i = 0; i < 12 && value !== 'after'; i++) {
+      const r = await observation.next();
+      assert.equal(r.done, false);
+      value = r.value.value?.toString();
+    }
+    assert.equal(value, 'after');
+    observation.close();
+  });
+
   it('for await sees the writes of another client, in order, then break unobserves', async () => {
     const watcher = await ctx.connect();
     const writer = await ctx.connect();

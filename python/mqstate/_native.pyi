@@ -3,7 +3,7 @@
 import asyncio
 import datetime
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, TypeVar, final
 
@@ -565,23 +565,61 @@ class AsyncLockGuard:
 
 @final
 class Lock:
-    """A lock (blocking): ``with lock.acquire(ttl, timeout) as guard:``."""
+    """A lock (blocking): ``with lock.acquire(ttl, timeout) as guard:``.
 
-    def __new__(cls, client: Client, name: _Bytes, holder: _Bytes) -> Lock: ...
+    An empty ``name`` or ``holder`` raises ``InvalidArgument``; ``session_id`` makes the holder
+    ``holder:session_id``.
+    """
+
+    def __new__(
+        cls, client: Client, name: _Bytes, holder: _Bytes, *, session_id: _Bytes | None = None
+    ) -> Lock: ...
     @property
     def name(self) -> bytes: ...
-    def acquire(self, ttl: _Duration, timeout: _Duration) -> LockGuard: ...
+    def acquire(self, ttl: _Duration, timeout: _Duration) -> LockGuard:
+        """Takes the lock for ``ttl``, waiting up to ``timeout`` for it.
+
+        Raises ``mqstate.TimeoutError`` (also a ``builtins.TimeoutError``) if the lock could
+        not be had within ``timeout``.
+        """
     def holder(self) -> bytes | None: ...
+    def edit(
+        self,
+        key: _Bytes,
+        ttl: _Duration,
+        timeout: _Duration,
+        f: Callable[[bytes | None], _Bytes | None],
+    ) -> bytes | None:
+        """A fenced read-modify-write under the lock: ``f(old)`` gives the new value (None
+        deletes the key); an exception raised by ``f`` writes nothing and propagates. The lock
+        is released in every case; ``mqstate.TimeoutError`` if it could not be had in time."""
 
 @final
 class AsyncLock:
     """A lock (asyncio): ``async with lock.acquire(ttl, timeout) as guard:``."""
 
-    def __new__(cls, client: AsyncClient, name: _Bytes, holder: _Bytes) -> AsyncLock: ...
+    def __new__(
+        cls,
+        client: AsyncClient,
+        name: _Bytes,
+        holder: _Bytes,
+        *,
+        session_id: _Bytes | None = None,
+    ) -> AsyncLock: ...
     @property
     def name(self) -> bytes: ...
-    def acquire(self, ttl: _Duration, timeout: _Duration) -> Pending[AsyncLockGuard]: ...
+    def acquire(self, ttl: _Duration, timeout: _Duration) -> Pending[AsyncLockGuard]:
+        """``await`` it for the guard; raises ``mqstate.TimeoutError`` if the lock could not
+        be had within ``timeout``."""
     def holder(self) -> asyncio.Future[bytes | None]: ...
+    def edit(
+        self,
+        key: _Bytes,
+        ttl: _Duration,
+        timeout: _Duration,
+        f: Callable[[bytes | None], _Bytes | None],
+    ) -> asyncio.Future[bytes | None]:
+        """``Lock.edit`` for asyncio (``f`` is a plain function)."""
 
 @final
 class LeaderElection:

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -213,6 +214,23 @@ where
     spawn_with(py, future, |py, target, output| {
         let result = match output {
             Ok(outcome) => Outcome(outcome).into_pyobject(py),
+            Err(panic) => Err(PyRuntimeError::new_err(panic_message(&*panic))),
+        };
+        settle(py, target, result);
+    })
+}
+
+/// [`spawn`] for a future whose error is already a Python exception (for example one raised
+/// by a callback it ran).
+pub(crate) fn spawn_fallible<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    spawn_with(py, future, |py, target, output| {
+        let result = match output {
+            Ok(Ok(value)) => value.into_bound_py_any(py),
+            Ok(Err(error)) => Err(error),
             Err(panic) => Err(PyRuntimeError::new_err(panic_message(&*panic))),
         };
         settle(py, target, result);

@@ -19,19 +19,8 @@ use crate::runtime::{runtime, wait};
 use crate::stream::StreamState;
 use crate::types::{Hlc, hlc};
 
-fn renew_fraction_arg(py: Python<'_>, fraction: f64) -> PyResult<f64> {
-    // Checked here as well as in the core: there it is only checked once the lease is held.
-    if fraction > 0.0 && fraction < 1.0 {
-        Ok(fraction)
-    } else {
-        Err(errors::invalid_argument(
-            py,
-            format!("renew_fraction must be between 0 and 1 (exclusive), not {fraction}"),
-        ))
-    }
-}
-
 fn new_lease(
+    py: Python<'_>,
     client: &mqstate::Client,
     name: &Bound<'_, PyAny>,
     holder: &Bound<'_, PyAny>,
@@ -41,7 +30,8 @@ fn new_lease(
         client,
         bytes_arg(name, "name")?,
         bytes_arg(holder, "holder")?,
-    );
+    )
+    .or_raise(py)?;
     Ok(match session_id {
         Some(session) => lease.with_session_id(bytes_arg(session, "session_id")?),
         None => lease,
@@ -91,13 +81,11 @@ impl LeaseEvent {
 }
 
 fn lease_event<'py>(py: Python<'py>, event: core::LeaseEvent) -> PyResult<Bound<'py, PyAny>> {
-    let (kind, token, reason) = match event {
-        core::LeaseEvent::Acquired(t) => ("acquired", Some(t), None),
-        core::LeaseEvent::Renewed(t) => ("renewed", Some(t), None),
-        core::LeaseEvent::Lost { reason } => ("lost", None, Some(reason)),
-        core::LeaseEvent::Released => ("released", None, None),
-        // The core may add kinds; say so rather than fail.
-        _ => ("unknown", None, None),
+    let kind = event.name();
+    let token = event.token().cloned();
+    let reason = match event {
+        core::LeaseEvent::Lost { reason } => Some(reason),
+        _ => None,
     };
     let token = token.map(|t| hlc(py, t)).transpose()?;
     Ok(Bound::new(
@@ -147,13 +135,12 @@ fn leadership_event<'py>(
     py: Python<'py>,
     event: core::LeadershipEvent,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (kind, token, reason, leader) = match event {
-        core::LeadershipEvent::Elected(t) => ("elected", Some(t), None, None),
-        core::LeadershipEvent::Renewed(t) => ("renewed", Some(t), None, None),
-        core::LeadershipEvent::Lost { reason } => ("lost", None, Some(reason), None),
-        core::LeadershipEvent::Resigned => ("resigned", None, None, None),
-        core::LeadershipEvent::NewLeader(leader) => ("new_leader", None, None, leader),
-        _ => ("unknown", None, None, None),
+    let kind = event.name();
+    let token = event.token().cloned();
+    let (reason, leader) = match event {
+        core::LeadershipEvent::Lost { reason } => (Some(reason), None),
+        core::LeadershipEvent::NewLeader(leader) => (None, leader),
+        _ => (None, None),
     };
     let token = token.map(|t| hlc(py, t)).transpose()?;
     let leader = leader.map(|l| PyBytes::new(py, &l).unbind());
@@ -330,7 +317,7 @@ impl Lease {
         session_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         Ok(Lease {
-            inner: new_lease(&client.get().inner, name, holder, session_id)?,
+            inner: new_lease(client.py(), &client.get().inner, name, holder, session_id)?,
         })
     }
 
@@ -358,7 +345,6 @@ impl Lease {
     /// `"lost"` event) at the first failure or when someone else takes the key.
     #[pyo3(signature = (fraction = 0.5))]
     fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
-        let fraction = renew_fraction_arg(py, fraction)?;
         // The renewal task is spawned on the library's runtime.
         let _context = runtime().enter();
         self.inner.auto_renew(fraction).or_raise(py)
@@ -453,7 +439,7 @@ impl AsyncLease {
         session_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         Ok(AsyncLease {
-            inner: new_lease(&client.get().inner, name, holder, session_id)?,
+            inner: new_lease(client.py(), &client.get().inner, name, holder, session_id)?,
         })
     }
 
@@ -481,7 +467,6 @@ impl AsyncLease {
     /// `"lost"` event) at the first failure or when someone else takes the key.
     #[pyo3(signature = (fraction = 0.5))]
     fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
-        let fraction = renew_fraction_arg(py, fraction)?;
         // The renewal task is spawned on the library's runtime.
         let _context = runtime().enter();
         self.inner.auto_renew(fraction).or_raise(py)
@@ -708,6 +693,71 @@ impl AsyncLockGuard {
     }
 }
 
+fn new_lock(
+    py: Python<'_>,
+    client: &mqstate::Client,
+    name: &Bound<'_, PyAny>,
+    holder: &Bound<'_, PyAny>,
+    session_id: Option<&Bound<'_, PyAny>>,
+) -> PyResult<core::Lock> {
+    let lock = core::Lock::new(
+        client,
+        bytes_arg(name, "name")?,
+        bytes_arg(holder, "holder")?,
+    )
+    .or_raise(py)?;
+    Ok(match session_id {
+        Some(session) => lock.with_session_id(bytes_arg(session, "session_id")?),
+        None => lock,
+    })
+}
+
+/// Why an edit failed: the store's error, or the exception `f` raised (re-raised as is).
+#[derive(Debug)]
+enum EditError {
+    Store(mqstate::Error),
+    Raised(PyErr),
+}
+
+impl From<mqstate::Error> for EditError {
+    fn from(e: mqstate::Error) -> Self {
+        EditError::Store(e)
+    }
+}
+
+impl EditError {
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            EditError::Store(e) => errors::to_py(py, &e),
+            EditError::Raised(e) => e,
+        }
+    }
+}
+
+/// The edit the core runs under the lock: `f(old)` (bytes or None) must return bytes, str
+/// or None (delete); an exception it raises abandons the edit.
+async fn edit_with(
+    lock: core::Lock,
+    key: Vec<u8>,
+    ttl: std::time::Duration,
+    timeout: std::time::Duration,
+    f: Py<PyAny>,
+) -> Result<Option<bytes::Bytes>, EditError> {
+    lock.edit_async(key, ttl, timeout, |old| async move {
+        Python::attach(|py| {
+            let old = old.map(|v| PyBytes::new(py, &v));
+            let new = f.bind(py).call1((old,))?;
+            if new.is_none() {
+                return Ok(None);
+            }
+            let value = bytes_arg(&new, "the value returned by f")?;
+            Ok(Some(bytes::Bytes::copy_from_slice(value)))
+        })
+        .map_err(EditError::Raised)
+    })
+    .await
+}
+
 /// A lock (blocking): a lease used as a mutex between holders (give each concurrent user its
 /// own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.
 #[pyclass(module = "mqstate", name = "Lock", frozen)]
@@ -719,17 +769,15 @@ pub(crate) struct Lock {
 #[pymethods]
 impl Lock {
     #[new]
+    #[pyo3(signature = (client, name, holder, *, session_id = None))]
     fn new(
         client: &Bound<'_, Client>,
         name: &Bound<'_, PyAny>,
         holder: &Bound<'_, PyAny>,
+        session_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         Ok(Lock {
-            inner: core::Lock::new(
-                &client.get().inner,
-                bytes_arg(name, "name")?,
-                bytes_arg(holder, "holder")?,
-            ),
+            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
         })
     }
 
@@ -760,6 +808,27 @@ impl Lock {
         Ok(holder.map(|h| PyBytes::new(py, &h)))
     }
 
+    /// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes the lock
+    /// (`ttl`, waiting up to `timeout`), reads `key`, calls `f(old)` (bytes, or None when
+    /// the key does not exist), then writes what `f` returned (None deletes the key) with
+    /// the lock's fencing token, and unlocks in every case. Returns the new value. An
+    /// exception raised by `f` abandons the edit (nothing is written) and propagates.
+    fn edit<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        ttl: &Bound<'py, PyAny>,
+        timeout: &Bound<'py, PyAny>,
+        f: Py<PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let key = bytes_arg(key, "key")?.to_vec();
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let new = wait(py, edit_with(self.inner.clone(), key, ttl, timeout, f))?
+            .map_err(|e| e.into_py(py))?;
+        Ok(new.map(|v| PyBytes::new(py, &v)))
+    }
+
     fn __repr__(&self) -> String {
         lease_repr("Lock", self.inner.lease())
     }
@@ -775,17 +844,15 @@ pub(crate) struct AsyncLock {
 #[pymethods]
 impl AsyncLock {
     #[new]
+    #[pyo3(signature = (client, name, holder, *, session_id = None))]
     fn new(
         client: &Bound<'_, AsyncClient>,
         name: &Bound<'_, PyAny>,
         holder: &Bound<'_, PyAny>,
+        session_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         Ok(AsyncLock {
-            inner: core::Lock::new(
-                &client.get().inner,
-                bytes_arg(name, "name")?,
-                bytes_arg(holder, "holder")?,
-            ),
+            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
         })
     }
 
@@ -822,6 +889,28 @@ impl AsyncLock {
         })
     }
 
+    /// `await lock.edit(key, ttl, timeout, f)`: [`Lock.edit`] for asyncio; `f(old)` is a
+    /// plain function (it runs on the library's thread while the lock is held).
+    fn edit<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        ttl: &Bound<'py, PyAny>,
+        timeout: &Bound<'py, PyAny>,
+        f: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = bytes_arg(key, "key")?.to_vec();
+        let ttl = positive_duration_arg(ttl, "ttl")?;
+        let timeout = positive_duration_arg(timeout, "timeout")?;
+        let lock = self.inner.clone();
+        aio::spawn_fallible(py, async move {
+            edit_with(lock, key, ttl, timeout, f)
+                .await
+                .map(|v| v.map(BytesOut))
+                .map_err(|e| Python::attach(|py| e.into_py(py)))
+        })
+    }
+
     fn __repr__(&self) -> String {
         lease_repr("AsyncLock", self.inner.lease())
     }
@@ -837,12 +926,13 @@ fn new_election(
     candidate: &Bound<'_, PyAny>,
     renew_fraction: f64,
 ) -> PyResult<core::LeaderElection> {
-    Ok(core::LeaderElection::new(
+    core::LeaderElection::new(
         client,
         bytes_arg(election, "election")?,
         bytes_arg(candidate, "candidate")?,
     )
-    .with_renew_fraction(renew_fraction_arg(py, renew_fraction)?))
+    .and_then(|e| e.with_renew_fraction(renew_fraction))
+    .or_raise(py)
 }
 
 fn election_repr(kind: &str, election: &core::LeaderElection) -> String {

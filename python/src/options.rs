@@ -8,7 +8,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use mqstate::ConnectOptions;
-use mqstate::options::DEFAULT_TLS_PORT;
 
 use crate::convert::duration_arg;
 use crate::errors::{self, OrRaise};
@@ -139,17 +138,10 @@ pub(crate) fn connect_options(
         None if tls_touched || options.tls.is_some() => options.tls = Some(tls),
         None => {}
     }
-    // Without a URL, TLS defaults to the TLS port, as `mqtts://host` does.
-    if base == Base::UrlOrDefault && url.is_none() && !port_given && options.tls.is_some() {
-        options.port = DEFAULT_TLS_PORT;
+    // Without a URL or a port, the core decides the port (8883 with TLS, as `mqtts://host`).
+    if base == Base::UrlOrDefault && url.is_none() && !port_given {
+        options.port = ConnectOptions::default_port(options.tls.is_some());
     }
-    if let Some(tls) = &options.tls
-        && tls.client_cert_file.is_some() != tls.client_key_file.is_some()
-    {
-        return Err(errors::invalid_argument(
-            py,
-            "cert_file and key_file go together (mutual TLS needs both)",
-        ));
-    }
+    options.validate().or_raise(py)?;
     Ok(options)
 }

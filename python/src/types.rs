@@ -4,7 +4,7 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
-use crate::errors;
+use crate::errors::{self, OrRaise};
 
 /// A hybrid logical clock value: the version of a key, and a fencing token.
 #[pyclass(module = "mqstate", name = "Hlc", frozen, eq, ord, hash)]
@@ -15,13 +15,10 @@ pub(crate) struct Hlc(pub(crate) mqstate::Hlc);
 impl Hlc {
     #[new]
     fn new(py: Python<'_>, ms: u64, counter: u64, node_id: String) -> PyResult<Self> {
-        if node_id.contains(':') {
-            return Err(errors::invalid_argument(
-                py,
-                format!("an HLC node id cannot contain ':' (got {node_id:?})"),
-            ));
-        }
-        Ok(Hlc(mqstate::Hlc::new(ms, counter, node_id)))
+        mqstate::Hlc::try_new(ms, counter, node_id)
+            .map(Hlc)
+            .map_err(mqstate::Error::from)
+            .or_raise(py)
     }
 
     /// Parses `{ms}:{counter}:{node_id}`.

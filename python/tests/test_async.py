@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import builtins
 import os
 import time
@@ -125,6 +126,19 @@ async def test_connect_forms(server: LocalServer, monkeypatch: pytest.MonkeyPatc
         assert await c.get("async-connect") == b"1"
     with pytest.raises(mqstate.ConnectionFailed):
         await mqstate.AsyncClient.connect("mqtt://127.0.0.1:1", connect_timeout=2)
+
+
+@pytest.mark.asyncio
+async def test_connect_timeout_is_a_timeout_naming_host_port_and_limit() -> None:
+    # Listens but never accepts: the TCP connection completes, the MQTT CONNACK never comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        with pytest.raises(mqstate.TimeoutError, match=rf"127\.0\.0\.1:{port}.*1s"):
+            await mqstate.AsyncClient.connect(f"mqtt://127.0.0.1:{port}", connect_timeout=1)
+        with pytest.raises(mqstate.TimeoutError, match=rf"127\.0\.0\.1:{port}"):
+            mqstate.Client(f"mqtt://127.0.0.1:{port}?connect_timeout_ms=1000")
 
 
 @pytest.mark.asyncio

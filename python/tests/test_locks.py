@@ -186,7 +186,7 @@ def test_lock_argument_errors(client: mqstate.Client, key: str) -> None:
         lease.acquire(0)
     with pytest.raises(mqstate.InvalidArgument, match="renew"):
         lease.renew()  # never acquired
-    with pytest.raises(mqstate.InvalidArgument, match="renew_fraction"):
+    with pytest.raises(mqstate.InvalidArgument, match="renewal fraction"):
         mqstate.LeaderElection(client, key, "x", renew_fraction=1.5)
     with pytest.raises(mqstate.InvalidArgument):
         lease.auto_renew(0)
@@ -277,3 +277,42 @@ async def test_cancelling_acquire_wait(server: LocalServer, key: str) -> None:
         await asyncio.sleep(0.2)
         # The cancelled wait did not go on to take the lease behind our back.
         assert await b.get(key) is None
+
+
+def test_lock_edit_session_and_core_rules(server: LocalServer, key: str) -> None:
+    with mqstate.Client(server.url) as c:
+        lock = mqstate.Lock(c, key + "/lock", "me", session_id="s1")
+        c.set(key, "1")
+        assert lock.edit(key, 5, 10, lambda old: old + b"+") == b"1+"
+        assert c.get(key).value == b"1+"  # type: ignore[union-attr]
+
+        class Refused(Exception):
+            pass
+
+        def refuse(old: bytes | None) -> bytes | None:
+            raise Refused(old)
+
+        with pytest.raises(Refused):
+            lock.edit(key, 5, 10, refuse)
+        assert c.get(key).value == b"1+"  # type: ignore[union-attr]  # nothing written
+        assert lock.holder() is None  # released after the exception
+        assert lock.edit(key, 5, 10, lambda old: None) is None
+        assert c.get(key) is None
+        # The rules live in the core: the same errors as every language.
+        with pytest.raises(mqstate.InvalidArgument, match="lock name is empty"):
+            mqstate.Lock(c, "", "me")
+        with pytest.raises(mqstate.InvalidArgument, match="lease holder is empty"):
+            mqstate.Lease(c, key, "")
+        with pytest.raises(mqstate.InvalidArgument, match="cannot contain ':'"):
+            mqstate.Hlc(1, 0, "a:b")
+
+
+@pytest.mark.asyncio
+async def test_async_lock_edit(server: LocalServer, key: str) -> None:
+    async with mqstate.AsyncClient.connect(server.url) as c:
+        lock = mqstate.AsyncLock(c, key + "/lock", "me")
+        assert await lock.edit(key, 5, 10, lambda old: b"new" if old is None else old) == b"new"
+        assert (await c.get(key)).value == b"new"  # type: ignore[union-attr]
+        with pytest.raises(ZeroDivisionError):
+            await lock.edit(key, 5, 10, lambda old: 1 / 0)
+        assert await lock.holder() is None

@@ -44,7 +44,7 @@ static void *run_worker(void *arg) {
         mqstate_value *got = NULL;
         double t0 = now_us(), t1, t2;
         if (mqstate_client_set(w->client, (const uint8_t *)key, key_len, value, w->value_size,
-                               MQSTATE_SET_ALWAYS, 0, NULL, NULL) != MQSTATE_OK)
+                               MQSTATE_SET_ALWAYS, NULL, NULL, NULL) != MQSTATE_OK)
             w->failures++;
         t1 = now_us();
         if (mqstate_client_get(w->client, (const uint8_t *)key, key_len, &got) != MQSTATE_OK)

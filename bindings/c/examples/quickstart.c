@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
 
     /* SET, and the version the store gave the value. */
     status = mqstate_client_set(client, key, key_len, (const uint8_t *)"open", 4,
-                                MQSTATE_SET_ALWAYS, 0, NULL, &version);
+                                MQSTATE_SET_ALWAYS, NULL, NULL, &version);
     if (status != MQSTATE_OK) return report("set", status);
     mqstate_version_string(version, &text, NULL);
     printf("set door = open, version %s\n", text);
@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
         mqstate_version_string(token, &text, NULL);
         printf("locked pump-lock, fencing token %s\n", text);
         status = mqstate_client_set(client, speed, sizeof speed - 1, (const uint8_t *)"1200", 4,
-                                    MQSTATE_SET_ALWAYS, 0, token, NULL);
+                                    MQSTATE_SET_ALWAYS, NULL, token, NULL);
         printf("set pump/speed = 1200 with the token -> %s\n", mqstate_status_name(status));
         status = mqstate_client_del(client, speed, sizeof speed - 1, token);
         printf("del pump/speed with the token -> %s\n", mqstate_status_name(status));

@@ -106,8 +106,8 @@ public:
                                    mqstate_set_condition condition = MQSTATE_SET_ALWAYS) const {
         mqstate_version *version = nullptr;
         mqstate_status status = mqstate_client_set(client_.get(), bytes(key), key.size(),
-                                                   bytes(value), value.size(), condition, 0,
-                                                   nullptr, &version);
+                                                   bytes(value), value.size(), condition,
+                                                   nullptr, nullptr, &version);
         if (status == MQSTATE_NOT_APPLIED) return std::nullopt;
         check(status);
         VersionPtr owned(version);

@@ -173,7 +173,9 @@ pub unsafe extern "C" fn mqstate_client_get(
 }
 
 /// `SET key value [NX|NEX] [PX expiry_ms]`. `value` may be NULL when `value_len` is 0 (an
-/// empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: 0 for none.
+/// empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
+/// a pointer to the expiry in milliseconds, which must be > 0 (0 is
+/// `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
 /// `fencing_token`: NULL, or the token protecting the key (PROTOCOL.md section 5).
 /// `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
 /// version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the
@@ -186,7 +188,7 @@ pub unsafe extern "C" fn mqstate_client_set(
     value: *const u8,
     value_len: usize,
     condition: mqstate_set_condition,
-    expiry_ms: u64,
+    expiry_ms: *const u64,
     fencing_token: *const mqstate_version,
     version_out: *mut *mut mqstate_version,
 ) -> mqstate_status {
@@ -206,7 +208,8 @@ pub unsafe extern "C" fn mqstate_client_set(
                 )));
             }
         };
-        if expiry_ms > 0 {
+        // SAFETY: the C contract: NULL or a valid pointer.
+        if let Some(&expiry_ms) = unsafe { expiry_ms.as_ref() } {
             options = options.expiry(Duration::from_millis(expiry_ms));
         }
         if let Some(token) = token {

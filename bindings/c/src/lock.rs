@@ -24,16 +24,6 @@ fn ms(value: u64) -> Duration {
     Duration::from_millis(value)
 }
 
-/// The lease's ttl / the election's term: more than zero.
-fn ttl(value_ms: u64, what: &str) -> Result<Duration, FfiError> {
-    if value_ms == 0 {
-        return Err(FfiError::invalid(format!(
-            "{what} is 0 ms (it must be > 0)"
-        )));
-    }
-    Ok(ms(value_ms))
-}
-
 /// Writes an owned token to an optional `mqstate_version **` output.
 fn write_token(out: Option<Out<*mut mqstate_version>>, token: FencingToken) {
     if let Some(out) = out {
@@ -97,9 +87,6 @@ pub unsafe extern "C" fn mqstate_lease_new(
         let name = unsafe { arg_bytes(name, name_len, "name", false) }?;
         let holder = unsafe { arg_bytes(holder, holder_len, "holder", false) }?;
         let out = unsafe { Out::new(lease_out, "lease_out") }?;
-        if name.is_empty() || holder.is_empty() {
-            return Err(FfiError::invalid("a lease needs a non-empty name and holder"));
-        }
         let lease = Lease::new(&client.client, name, holder)?;
         out.write(into_handle(mqstate_lease { lease, _client: client.client.clone() }));
         Ok(())
@@ -118,7 +105,7 @@ pub unsafe extern "C" fn mqstate_lease_acquire(
     ffi_boundary! {
         let lease = unsafe { arg_ref(lease, "lease") }?;
         let out = unsafe { Out::optional(token_out) };
-        let token = lease.lease.acquire(ttl(ttl_ms, "the lease's ttl")?)?.ok_or_else(|| {
+        let token = lease.lease.acquire(ms(ttl_ms))?.ok_or_else(|| {
             FfiError::new(MQSTATE_NOT_APPLIED, "lease not acquired: someone else holds it")
         })?;
         write_token(out, token);
@@ -140,7 +127,7 @@ pub unsafe extern "C" fn mqstate_lease_acquire_wait(
     ffi_boundary! {
         let lease = unsafe { arg_ref(lease, "lease") }?;
         let out = unsafe { Out::optional(token_out) };
-        let token = lease.lease.acquire_wait(ttl(ttl_ms, "the lease's ttl")?, ms(timeout_ms))?;
+        let token = lease.lease.acquire_wait(ms(ttl_ms), ms(timeout_ms))?;
         write_token(out, token);
         Ok(())
     }
@@ -278,11 +265,104 @@ pub unsafe extern "C" fn mqstate_lock_new(
         let name = unsafe { arg_bytes(name, name_len, "name", false) }?;
         let holder = unsafe { arg_bytes(holder, holder_len, "holder", false) }?;
         let out = unsafe { Out::new(lock_out, "lock_out") }?;
-        if name.is_empty() || holder.is_empty() {
-            return Err(FfiError::invalid("a lock needs a non-empty name and holder"));
-        }
         let lock = Lock::new(&client.client, name, holder)?;
         out.write(into_handle(mqstate_lock { lock, _client: client.client.clone() }));
+        Ok(())
+    }
+}
+
+/// Like `mqstate_lock_new`, taken as `holder:session` (the core's `Lock::with_session_id`),
+/// so that two processes with the same holder name exclude each other. `session` may be
+/// NULL when `session_len` is 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_lock_new_with_session(
+    client: *const mqstate_client,
+    name: *const u8,
+    name_len: usize,
+    holder: *const u8,
+    holder_len: usize,
+    session: *const u8,
+    session_len: usize,
+    lock_out: *mut *mut mqstate_lock,
+) -> mqstate_status {
+    ffi_boundary! {
+        let client = unsafe { arg_ref(client, "client") }?;
+        let name = unsafe { arg_bytes(name, name_len, "name", false) }?;
+        let holder = unsafe { arg_bytes(holder, holder_len, "holder", false) }?;
+        let session = unsafe { arg_bytes(session, session_len, "session", true) }?;
+        let out = unsafe { Out::new(lock_out, "lock_out") }?;
+        let lock = Lock::new(&client.client, name, holder)?.with_session_id(session);
+        out.write(into_handle(mqstate_lock { lock, _client: client.client.clone() }));
+        Ok(())
+    }
+}
+
+/// The callback of `mqstate_lock_edit`, called once, on the calling thread, while the lock
+/// is held. `old_value` / `old_len`: the key's value (`old_value` is NULL when the key does
+/// not exist). Set `*new_value` / `*new_len` to the value to write (the bytes are copied
+/// right after the callback returns, so they must stay valid until then), or leave
+/// `*new_value` NULL to delete the key. Return `true` to write, `false` to abandon the edit
+/// (nothing is written; `mqstate_lock_edit` returns `MQSTATE_NOT_APPLIED`).
+#[allow(non_camel_case_types, reason = "C type name")]
+pub type mqstate_edit_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut std::ffi::c_void,
+        old_value: *const u8,
+        old_len: usize,
+        new_value: *mut *const u8,
+        new_len: *mut usize,
+    ) -> bool,
+>;
+
+/// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes the lock for
+/// `ttl_ms` (waiting up to `timeout_ms`), GETs `key`, calls `edit`, then SETs what it
+/// returned (or DELs the key) with the lock's fencing token, and unlocks, also when the
+/// write fails. `MQSTATE_OK`: written; `*value_out` (if not NULL) is the new value, or NULL
+/// when the key was deleted. `MQSTATE_NOT_APPLIED`: the callback abandoned the edit.
+/// `MQSTATE_TIMEOUT`: the lock was not had in time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_lock_edit(
+    lock: *const mqstate_lock,
+    key: *const u8,
+    key_len: usize,
+    ttl_ms: u64,
+    timeout_ms: u64,
+    edit: mqstate_edit_fn,
+    user_data: *mut std::ffi::c_void,
+    value_out: *mut *mut mqstate_value,
+) -> mqstate_status {
+    ffi_boundary! {
+        let lock = unsafe { arg_ref(lock, "lock") }?;
+        let key = unsafe { arg_bytes(key, key_len, "key", false) }?;
+        let edit = edit.ok_or_else(|| FfiError::null("edit"))?;
+        let out = unsafe { Out::optional(value_out) };
+        let new = lock.lock.try_edit(key, ms(ttl_ms), ms(timeout_ms), |old| {
+            let (old_ptr, old_len) = match &old {
+                Some(v) => (v.as_ptr(), v.len()),
+                None => (std::ptr::null(), 0),
+            };
+            let mut new_ptr: *const u8 = std::ptr::null();
+            let mut new_len: usize = 0;
+            // SAFETY: the C contract: `edit` is a valid function; the pointers passed are
+            // valid for the call.
+            let write = unsafe { edit(user_data, old_ptr, old_len, &mut new_ptr, &mut new_len) };
+            if !write {
+                return Err(FfiError::new(
+                    MQSTATE_NOT_APPLIED,
+                    "edit abandoned by the callback: nothing was written",
+                ));
+            }
+            if new_ptr.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: the callback's contract: `new_len` bytes at `new_ptr`, valid until now.
+            let bytes = unsafe { arg_bytes(new_ptr, new_len, "new_value", true) }?;
+            Ok(Some(bytes::Bytes::copy_from_slice(bytes)))
+        })?;
+        if let Some(out) = out {
+            let value = new.map(|bytes| into_handle(mqstate_value { bytes, version: None }));
+            out.write(value.unwrap_or(std::ptr::null_mut()));
+        }
         Ok(())
     }
 }
@@ -300,7 +380,7 @@ pub unsafe extern "C" fn mqstate_lock_lock(
     ffi_boundary! {
         let lock = unsafe { arg_ref(lock, "lock") }?;
         let out = unsafe { Out::new(guard_out, "guard_out") }?;
-        let guard = lock.lock.lock(ttl(ttl_ms, "the lock's ttl")?, ms(timeout_ms))?;
+        let guard = lock.lock.lock(ms(ttl_ms), ms(timeout_ms))?;
         let token = guard
             .token()
             .cloned()
@@ -399,11 +479,6 @@ pub unsafe extern "C" fn mqstate_election_new(
         let election = unsafe { arg_bytes(election, election_len, "election", false) }?;
         let candidate = unsafe { arg_bytes(candidate, candidate_len, "candidate", false) }?;
         let out = unsafe { Out::new(election_out, "election_out") }?;
-        if election.is_empty() || candidate.is_empty() {
-            return Err(FfiError::invalid(
-                "an election needs a non-empty election key and candidate",
-            ));
-        }
         let election = LeaderElection::new(&client.client, election, candidate)?;
         out.write(into_handle(mqstate_election { election, _client: client.client.clone() }));
         Ok(())
@@ -425,7 +500,7 @@ pub unsafe extern "C" fn mqstate_election_campaign(
         let out = unsafe { Out::optional(token_out) };
         let token = election
             .election
-            .campaign(ttl(term_ms, "the election's term")?, ms(timeout_ms))?;
+            .campaign(ms(term_ms), ms(timeout_ms))?;
         write_token(out, token);
         Ok(())
     }
@@ -444,7 +519,7 @@ pub unsafe extern "C" fn mqstate_election_try_campaign(
         let out = unsafe { Out::optional(token_out) };
         let token = election
             .election
-            .try_campaign(ttl(term_ms, "the election's term")?)?
+            .try_campaign(ms(term_ms))?
             .ok_or_else(|| {
                 FfiError::new(MQSTATE_NOT_APPLIED, "not elected: another candidate leads")
             })?;

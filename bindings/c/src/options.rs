@@ -37,21 +37,18 @@ pub unsafe extern "C" fn mqstate_connect_options_new(
         // SAFETY (all blocks below): the C contract: pointers are NULL or valid.
         let host = unsafe { arg_str(host, "host") }?;
         let out = unsafe { Out::new(options_out, "options_out") }?;
-        if host.is_empty() {
-            return Err(FfiError::invalid("the broker host is empty"));
-        }
-        if port == 0 {
-            return Err(FfiError::invalid("the broker port is 0"));
-        }
-        new_options(out, ConnectOptions::new(host, port));
+        let options = ConnectOptions::new(host, port);
+        options.validate()?;
+        new_options(out, options);
         Ok(())
     }
 }
 
-/// Options from a URL: `mqtt://host[:port]` (plain TCP, default port 1883) or
-/// `mqtts://host[:port]` (TLS, 8883), with optional `user:password@` and query parameters
-/// `client_id`, `keep_alive`, `session_expiry`, `request_timeout_ms`, `ca_file`,
-/// `cert_file`, `key_file`, `server_name`, `sat_file`, `password_file`.
+/// Options from a URL, parsed by the core (`ConnectOptions::from_url`, which documents the
+/// query parameters; `docs/protocol.md` lists them too): `mqtt://host[:port]` (plain TCP,
+/// default port 1883) or `mqtts://host[:port]` (TLS, 8883), with optional
+/// `user:password@` and query parameters such as `client_id`, `keep_alive`,
+/// `session_expiry`, `request_timeout_ms`, `connect_timeout_ms`, `ca_file`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_connect_options_from_url(
     url: *const c_char,
@@ -95,17 +92,23 @@ pub unsafe extern "C" fn mqstate_connect_options_clone(
     }
 }
 
-/// Gives mutable access to the options behind a non-NULL handle.
+/// Changes the options behind a non-NULL handle: `change` edits a copy, the core's
+/// [`ConnectOptions::validate`] judges it, and only a valid copy replaces the options (so a
+/// refused value leaves them as they were).
 ///
 /// # Safety
 /// `options` is NULL or a live handle that no other thread uses during the call.
-unsafe fn options_mut<'a>(
+unsafe fn update(
     options: *mut mqstate_connect_options,
-) -> Result<&'a mut ConnectOptions, FfiError> {
+    change: impl FnOnce(&mut ConnectOptions) -> Result<(), FfiError>,
+) -> Result<(), FfiError> {
     // SAFETY: the caller's contract.
-    unsafe { options.as_mut() }
-        .map(|o| &mut o.inner)
-        .ok_or_else(|| FfiError::null("options"))
+    let options = unsafe { options.as_mut() }.ok_or_else(|| FfiError::null("options"))?;
+    let mut changed = options.inner.clone();
+    change(&mut changed)?;
+    changed.validate()?;
+    options.inner = changed;
+    Ok(())
 }
 
 /// Sets the MQTT client id (NULL: a random `mqstate-...` id is generated at connect). It is
@@ -116,15 +119,13 @@ pub unsafe extern "C" fn mqstate_connect_options_set_client_id(
     client_id: *const c_char,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
         let client_id = unsafe { arg_opt_str(client_id, "client_id") }?;
-        if client_id == Some("") {
-            return Err(FfiError::invalid(
-                "the client id is empty (pass NULL to have one generated)",
-            ));
+        unsafe {
+            update(options, |o| {
+                o.client_id = client_id.map(str::to_owned);
+                Ok(())
+            })
         }
-        options.client_id = client_id.map(str::to_owned);
-        Ok(())
     }
 }
 
@@ -137,15 +138,15 @@ pub unsafe extern "C" fn mqstate_connect_options_set_credentials(
     password: *const c_char,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
         let username = unsafe { arg_opt_str(username, "username") }?;
         let password = unsafe { arg_opt_str(password, "password") }?;
-        if password.is_some() && username.is_none() {
-            return Err(FfiError::invalid("a password needs a user name"));
+        unsafe {
+            update(options, |o| {
+                o.username = username.map(str::to_owned);
+                o.password = password.map(str::to_owned);
+                Ok(())
+            })
         }
-        options.username = username.map(str::to_owned);
-        options.password = password.map(str::to_owned);
-        Ok(())
     }
 }
 
@@ -159,12 +160,15 @@ pub unsafe extern "C" fn mqstate_connect_options_set_secret_files(
     sat_file: *const c_char,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
         let password_file = unsafe { arg_opt_str(password_file, "password_file") }?;
         let sat_file = unsafe { arg_opt_str(sat_file, "sat_file") }?;
-        options.password_file = password_file.map(PathBuf::from);
-        options.sat_file = sat_file.map(PathBuf::from);
-        Ok(())
+        unsafe {
+            update(options, |o| {
+                o.password_file = password_file.map(PathBuf::from);
+                o.sat_file = sat_file.map(PathBuf::from);
+                Ok(())
+            })
+        }
     }
 }
 
@@ -181,29 +185,21 @@ pub unsafe extern "C" fn mqstate_connect_options_set_tls(
     server_name: *const c_char,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
         let ca = unsafe { arg_opt_str(ca_file, "ca_file") }?;
         let cert = unsafe { arg_opt_str(cert_file, "cert_file") }?;
         let key = unsafe { arg_opt_str(key_file, "key_file") }?;
         let server_name = unsafe { arg_opt_str(server_name, "server_name") }?;
         let mut tls = TlsOptions::default();
-        match (cert, key) {
-            (Some(cert), Some(key)) => tls = tls.with_client_cert(cert, key),
-            (None, None) => {}
-            _ => {
-                return Err(FfiError::invalid(
-                    "mutual TLS needs both cert_file and key_file",
-                ));
-            }
+        tls.ca_file = ca.map(PathBuf::from);
+        tls.client_cert_file = cert.map(PathBuf::from);
+        tls.client_key_file = key.map(PathBuf::from);
+        tls.server_name = server_name.map(str::to_owned);
+        unsafe {
+            update(options, |o| {
+                o.tls = Some(tls);
+                Ok(())
+            })
         }
-        if let Some(ca) = ca {
-            tls = tls.with_ca_file(ca);
-        }
-        if let Some(name) = server_name {
-            tls = tls.with_server_name(name);
-        }
-        options.tls = Some(tls);
-        Ok(())
     }
 }
 
@@ -213,9 +209,12 @@ pub unsafe extern "C" fn mqstate_connect_options_clear_tls(
     options: *mut mqstate_connect_options,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
-        options.tls = None;
-        Ok(())
+        unsafe {
+            update(options, |o| {
+                o.tls = None;
+                Ok(())
+            })
+        }
     }
 }
 
@@ -227,31 +226,30 @@ pub unsafe extern "C" fn mqstate_connect_options_set_request_timeout_ms(
     timeout_ms: u64,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
-        if timeout_ms == 0 {
-            return Err(FfiError::invalid("the request timeout is zero"));
+        unsafe {
+            update(options, |o| {
+                o.request_timeout = Duration::from_millis(timeout_ms);
+                Ok(())
+            })
         }
-        options.request_timeout = Duration::from_millis(timeout_ms);
-        Ok(())
     }
 }
 
 /// Sets how long one connection attempt (TCP, TLS, CONNECT) may take, in milliseconds
-/// (at least 1000; default 10000).
+/// (at least 1000, the core's minimum; default 10000). A connect that takes longer fails
+/// with `MQSTATE_TIMEOUT`, whose message names host, port and the limit.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_connect_options_set_connect_timeout_ms(
     options: *mut mqstate_connect_options,
     timeout_ms: u64,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
-        if timeout_ms < 1000 {
-            return Err(FfiError::invalid(format!(
-                "the connect timeout {timeout_ms} ms is under 1000 ms"
-            )));
+        unsafe {
+            update(options, |o| {
+                o.connect_timeout = Duration::from_millis(timeout_ms);
+                Ok(())
+            })
         }
-        options.connect_timeout = Duration::from_millis(timeout_ms);
-        Ok(())
     }
 }
 
@@ -264,15 +262,13 @@ pub unsafe extern "C" fn mqstate_connect_options_set_session(
     session_expiry_s: u32,
 ) -> mqstate_status {
     ffi_boundary! {
-        let options = unsafe { options_mut(options) }?;
-        if !(5..=65_535).contains(&keep_alive_s) {
-            return Err(FfiError::invalid(format!(
-                "keep-alive {keep_alive_s} s is out of range (5 s to 65535 s)"
-            )));
+        unsafe {
+            update(options, |o| {
+                o.keep_alive = Duration::from_secs(u64::from(keep_alive_s));
+                o.session_expiry = Duration::from_secs(u64::from(session_expiry_s));
+                Ok(())
+            })
         }
-        options.keep_alive = Duration::from_secs(u64::from(keep_alive_s));
-        options.session_expiry = Duration::from_secs(u64::from(session_expiry_s));
-        Ok(())
     }
 }
 

@@ -91,12 +91,8 @@ pub unsafe extern "C" fn mqstate_version_new(
     ffi_boundary! {
         let node_id = unsafe { arg_str(node_id, "node_id") }?;
         let out = unsafe { Out::new(version_out, "version_out") }?;
-        if node_id.contains(':') {
-            return Err(FfiError::invalid(format!(
-                "node id {node_id:?} contains ':', which separates the parts of a version"
-            )));
-        }
-        out.write(into_handle(mqstate_version::new(Hlc::new(ms, counter, node_id))));
+        let version = Hlc::try_new(ms, counter, node_id).map_err(mqstate::Error::from)?;
+        out.write(into_handle(mqstate_version::new(version)));
         Ok(())
     }
 }

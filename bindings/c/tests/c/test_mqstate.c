@@ -17,6 +17,7 @@
 #include "mqstate.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -507,8 +508,13 @@ static void test_expiry(void) {
     mqstate_status status = MQSTATE_OK;
     int i;
 
+    /* An expiry of 0 is refused (the protocol's PX must be > 0); NULL means no expiry. */
+    CHECK_STATUS(mqstate_client_set(client, key, key_len, (const uint8_t *)"x", 1,
+                                    MQSTATE_SET_ALWAYS, &(uint64_t){0}, NULL, NULL),
+                 MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("expiry");
     CHECK_OK(mqstate_client_set(client, key, key_len, (const uint8_t *)"soon", 4,
-                                MQSTATE_SET_ALWAYS, 300, NULL, NULL));
+                                MQSTATE_SET_ALWAYS, &(uint64_t){300}, NULL, NULL));
     check_value(client, key, key_len, (const uint8_t *)"soon", 4, NULL);
     for (i = 0; i < 50; i++) { /* at most 5 s */
         sleep_ms(100);
@@ -577,7 +583,7 @@ static void test_service_error_and_fencing(void) {
     mqstate_client_del(client, lock, lock_len, NULL);
     mqstate_client_del(client, key, key_len, NULL);
     /* Acquire the lease: the version of the SET is the fencing token. */
-    CHECK_OK(mqstate_client_set(client, lock, lock_len, me, 2, MQSTATE_SET_NEX, 10000, NULL,
+    CHECK_OK(mqstate_client_set(client, lock, lock_len, me, 2, MQSTATE_SET_NEX, &(uint64_t){10000}, NULL,
                                 &token1));
     if (token1 == NULL) {
         mqstate_client_free(client);
@@ -600,7 +606,7 @@ static void test_service_error_and_fencing(void) {
                                 MQSTATE_SET_ALWAYS, 0, token_from_text, NULL));
 
     /* Renewing the lease gives a newer token; the key then refuses the older one. */
-    CHECK_OK(mqstate_client_set(client, lock, lock_len, me, 2, MQSTATE_SET_NEX, 10000, NULL,
+    CHECK_OK(mqstate_client_set(client, lock, lock_len, me, 2, MQSTATE_SET_NEX, &(uint64_t){10000}, NULL,
                                 &token2));
     CHECK_OK(mqstate_client_set(client, key, key_len, (const uint8_t *)"4", 1,
                                 MQSTATE_SET_ALWAYS, 0, token2, NULL));
@@ -1183,6 +1189,76 @@ out:
     mqstate_client_free(cb);
 }
 
+/* mqstate_lock_edit callbacks: append "+", delete, or abandon. */
+static bool edit_append(void *user_data, const uint8_t *old_value, size_t old_len,
+                        const uint8_t **new_value, size_t *new_len) {
+    uint8_t *buf = user_data;
+    if (old_value == NULL || old_len > 60) return false;
+    memcpy(buf, old_value, old_len);
+    buf[old_len] = '+';
+    *new_value = buf;
+    *new_len = old_len + 1;
+    return true;
+}
+
+static bool edit_delete(void *user_data, const uint8_t *old_value, size_t old_len,
+                        const uint8_t **new_value, size_t *new_len) {
+    (void)user_data; (void)old_value; (void)old_len; (void)new_len;
+    *new_value = NULL;
+    return true;
+}
+
+static bool edit_abandon(void *user_data, const uint8_t *old_value, size_t old_len,
+                         const uint8_t **new_value, size_t *new_len) {
+    (void)user_data; (void)old_value; (void)old_len; (void)new_value; (void)new_len;
+    return false;
+}
+
+static void test_lock_edit_and_session(void) {
+    mqstate_client *client = connect_client();
+    uint8_t name[128], key[128], buf[64];
+    size_t name_len = make_key((char *)name, sizeof name, "edit-lock");
+    size_t key_len = make_key((char *)key, sizeof key, "edit-key");
+    mqstate_lock *lock = NULL;
+    mqstate_lock_guard *guard = NULL;
+    mqstate_value *value = (mqstate_value *)&g_port, *holder = NULL;
+
+    CHECK_OK(mqstate_lock_new_with_session(client, name, name_len, (const uint8_t *)"host", 4,
+                                           (const uint8_t *)"s1", 2, &lock));
+    if (lock == NULL) goto out;
+    CHECK_OK(mqstate_client_set(client, key, key_len, (const uint8_t *)"1", 1,
+                                MQSTATE_SET_ALWAYS, NULL, NULL, NULL));
+    CHECK_OK(mqstate_lock_edit(lock, key, key_len, 10000, 10000, edit_append, buf, &value));
+    if (value != NULL && value != (mqstate_value *)&g_port) {
+        const uint8_t *data = NULL;
+        size_t len = 0;
+        CHECK_OK(mqstate_value_bytes(value, &data, &len));
+        CHECK(len == 2 && memcmp(data, "1+", 2) == 0);
+        mqstate_value_free(value);
+    }
+    check_value(client, key, key_len, (const uint8_t *)"1+", 2, NULL);
+    /* Abandoned: nothing written, the lock released. */
+    CHECK_STATUS(mqstate_lock_edit(lock, key, key_len, 10000, 10000, edit_abandon, NULL, NULL),
+                 MQSTATE_NOT_APPLIED);
+    check_value(client, key, key_len, (const uint8_t *)"1+", 2, NULL);
+    CHECK_STATUS(mqstate_client_get(client, name, name_len, &holder), MQSTATE_NOT_FOUND);
+    /* The holder is `holder:session` while locked. */
+    CHECK_OK(mqstate_lock_lock(lock, 10000, 10000, &guard));
+    check_value(client, name, name_len, (const uint8_t *)"host:s1", 7, NULL);
+    CHECK_OK(mqstate_lock_unlock(guard));
+    /* Deleting through the edit. */
+    value = (mqstate_value *)&g_port;
+    CHECK_OK(mqstate_lock_edit(lock, key, key_len, 10000, 10000, edit_delete, NULL, &value));
+    CHECK(value == NULL);
+    CHECK_STATUS(mqstate_client_get(client, key, key_len, &holder), MQSTATE_NOT_FOUND);
+    CHECK_STATUS(mqstate_lock_edit(lock, key, key_len, 10000, 10000, NULL, NULL, NULL),
+                 MQSTATE_NULL_PARAMETER);
+out:
+    mqstate_lock_guard_free(guard);
+    mqstate_lock_free(lock);
+    mqstate_client_free(client);
+}
+
 struct campaigner {
     const mqstate_election *election;
     mqstate_status status;
@@ -1591,6 +1667,8 @@ int main(int argc, char **argv) {
     run("lease: acquire, refused, holder, renew, fencing, wait, release", test_lease);
     run("lease: automatic renewal past the ttl", test_lease_auto_renew);
     run("lock: lock, timeout, hand-over to a waiting thread, fencing", test_lock);
+    run("lock: edit with a callback (write, abandon, delete), holder:session",
+        test_lock_edit_and_session);
     run("election: try_campaign, renewed term, campaign, resign, leader", test_election);
     run("lease / lock / election: NULL parameters; a lease outliving its client",
         test_lock_api_nulls_and_closed_client);

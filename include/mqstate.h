@@ -335,6 +335,20 @@ typedef struct mqstate_version mqstate_version;
 typedef uint32_t mqstate_set_condition;
 
 /**
+ * The callback of `mqstate_lock_edit`, called once, on the calling thread, while the lock
+ * is held. `old_value` / `old_len`: the key's value (`old_value` is NULL when the key does
+ * not exist). Set `*new_value` / `*new_len` to the value to write (the bytes are copied
+ * right after the callback returns, so they must stay valid until then), or leave
+ * `*new_value` NULL to delete the key. Return `true` to write, `false` to abandon the edit
+ * (nothing is written; `mqstate_lock_edit` returns `MQSTATE_NOT_APPLIED`).
+ */
+typedef bool (*mqstate_edit_fn)(void *user_data,
+                                const uint8_t *old_value,
+                                size_t old_len,
+                                const uint8_t **new_value,
+                                size_t *new_len);
+
+/**
  * Called with each notification of an observed key, on a library thread (one thread per
  * observation: one observation's callbacks never overlap and come in order). It may call
  * any function of this library, including on the same client, except `mqstate_client_free`
@@ -431,7 +445,9 @@ mqstate_status mqstate_client_get(const struct mqstate_client *client,
 
 /**
  * `SET key value [NX|NEX] [PX expiry_ms]`. `value` may be NULL when `value_len` is 0 (an
- * empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: 0 for none.
+ * empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
+ * a pointer to the expiry in milliseconds, which must be > 0 (0 is
+ * `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
  * `fencing_token`: NULL, or the token protecting the key (PROTOCOL.md section 5).
  * `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
  * version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the
@@ -443,7 +459,7 @@ mqstate_status mqstate_client_set(const struct mqstate_client *client,
                                   const uint8_t *value,
                                   size_t value_len,
                                   mqstate_set_condition condition,
-                                  uint64_t expiry_ms,
+                                  const uint64_t *expiry_ms,
                                   const struct mqstate_version *fencing_token,
                                   struct mqstate_version **version_out);
 
@@ -629,6 +645,37 @@ mqstate_status mqstate_lock_new(const struct mqstate_client *client,
                                 struct mqstate_lock **lock_out);
 
 /**
+ * Like `mqstate_lock_new`, taken as `holder:session` (the core's `Lock::with_session_id`),
+ * so that two processes with the same holder name exclude each other. `session` may be
+ * NULL when `session_len` is 0.
+ */
+mqstate_status mqstate_lock_new_with_session(const struct mqstate_client *client,
+                                             const uint8_t *name,
+                                             size_t name_len,
+                                             const uint8_t *holder,
+                                             size_t holder_len,
+                                             const uint8_t *session,
+                                             size_t session_len,
+                                             struct mqstate_lock **lock_out);
+
+/**
+ * A fenced read-modify-write under the lock (the core's `Lock::edit`): takes the lock for
+ * `ttl_ms` (waiting up to `timeout_ms`), GETs `key`, calls `edit`, then SETs what it
+ * returned (or DELs the key) with the lock's fencing token, and unlocks, also when the
+ * write fails. `MQSTATE_OK`: written; `*value_out` (if not NULL) is the new value, or NULL
+ * when the key was deleted. `MQSTATE_NOT_APPLIED`: the callback abandoned the edit.
+ * `MQSTATE_TIMEOUT`: the lock was not had in time.
+ */
+mqstate_status mqstate_lock_edit(const struct mqstate_lock *lock,
+                                 const uint8_t *key,
+                                 size_t key_len,
+                                 uint64_t ttl_ms,
+                                 uint64_t timeout_ms,
+                                 mqstate_edit_fn edit,
+                                 void *user_data,
+                                 struct mqstate_value **value_out);
+
+/**
  * Takes the lock for `ttl_ms`, waiting up to `timeout_ms` for it. `MQSTATE_OK`:
  * `*guard_out` is a new guard (`mqstate_lock_guard_token`, `mqstate_lock_unlock`,
  * `mqstate_lock_guard_free`). `MQSTATE_TIMEOUT`: not had in time.
@@ -805,10 +852,11 @@ mqstate_status mqstate_connect_options_new(const char *host,
                                            struct mqstate_connect_options **options_out);
 
 /**
- * Options from a URL: `mqtt://host[:port]` (plain TCP, default port 1883) or
- * `mqtts://host[:port]` (TLS, 8883), with optional `user:password@` and query parameters
- * `client_id`, `keep_alive`, `session_expiry`, `request_timeout_ms`, `ca_file`,
- * `cert_file`, `key_file`, `server_name`, `sat_file`, `password_file`.
+ * Options from a URL, parsed by the core (`ConnectOptions::from_url`, which documents the
+ * query parameters; `docs/protocol.md` lists them too): `mqtt://host[:port]` (plain TCP,
+ * default port 1883) or `mqtts://host[:port]` (TLS, 8883), with optional
+ * `user:password@` and query parameters such as `client_id`, `keep_alive`,
+ * `session_expiry`, `request_timeout_ms`, `connect_timeout_ms`, `ca_file`.
  */
 mqstate_status mqstate_connect_options_from_url(const char *url,
                                                 struct mqstate_connect_options **options_out);
@@ -878,7 +926,8 @@ mqstate_status mqstate_connect_options_set_request_timeout_ms(struct mqstate_con
 
 /**
  * Sets how long one connection attempt (TCP, TLS, CONNECT) may take, in milliseconds
- * (at least 1000; default 10000).
+ * (at least 1000, the core's minimum; default 10000). A connect that takes longer fails
+ * with `MQSTATE_TIMEOUT`, whose message names host, port and the limit.
  */
 mqstate_status mqstate_connect_options_set_connect_timeout_ms(struct mqstate_connect_options *options,
                                                               uint64_t timeout_ms);
