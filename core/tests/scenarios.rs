@@ -55,7 +55,22 @@ const STEPS: &[(&str, &[&str])] = &[
     ("lease_auto_renew", &["lease", "fraction"]),
     ("expect_lease_event", &["lease", "event", "skip"]),
     ("lease_release", &["lease"]),
-    ("lock", &["lock", "name", "holder", "ttl_ms", "timeout_ms"]),
+    (
+        "lock",
+        &["lock", "name", "holder", "session", "ttl_ms", "timeout_ms"],
+    ),
+    (
+        "lock_edit",
+        &[
+            "lock",
+            "name",
+            "holder",
+            "key",
+            "ttl_ms",
+            "timeout_ms",
+            "new_value",
+        ],
+    ),
     ("unlock", &["lock"]),
     (
         "try_campaign",
