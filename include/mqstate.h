@@ -152,7 +152,7 @@ typedef uint32_t mqstate_status;
 
 /**
  * Which error the state store reported, for `MQSTATE_SERVICE_ERROR` (the exact texts are in
- * PROTOCOL.md section 3). Stable values; new ones may be added.
+ * docs/protocol.md section 3). Stable values; new ones may be added.
  */
 enum mqstate_service_error
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -321,7 +321,7 @@ typedef struct mqstate_value mqstate_value;
 
 /**
  * A version: a hybrid logical clock value `{ms}:{counter}:{node id}`, the version of a key
- * or a fencing token (PROTOCOL.md sections 4 and 5). Immutable; safe to read from any
+ * or a fencing token (docs/protocol.md sections 4 and 5). Immutable; safe to read from any
  * thread. Owned ones (from `mqstate_version_parse`, `mqstate_version_new`,
  * `mqstate_version_clone`, `mqstate_client_set`) are freed with `mqstate_version_free`;
  * borrowed ones (`const mqstate_version *` from a value or a notification) live as long as
@@ -448,7 +448,7 @@ mqstate_status mqstate_client_get(const struct mqstate_client *client,
  * empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
  * a pointer to the expiry in milliseconds, which must be > 0 (0 is
  * `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
- * `fencing_token`: NULL, or the token protecting the key (PROTOCOL.md section 5).
+ * `fencing_token`: NULL, or the token protecting the key (docs/protocol.md section 5).
  * `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
  * version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the
  * condition failed.

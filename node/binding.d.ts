@@ -105,6 +105,23 @@ export declare class NativeClient {
   close(): Promise<undefined>
 }
 
+/**
+ * A fenced read-modify-write in progress (`NativeLock.editStart`): the core's
+ * `Lock::edit_async` runs in a task, holding the lock and waiting for the value the
+ * JavaScript function computes from `old`; `finish(value)` or `abandon()` completes it.
+ */
+export declare class NativeEdit {
+  /** The key's value when the lock was taken, or null when there was no key. */
+  get old(): Buffer | null
+  /**
+   * Writes `value` (null deletes the key) with the lock's fencing token and unlocks;
+   * resolves with the value written.
+   */
+  finish(value?: string | Uint8Array | undefined | null): Promise<Buffer | null>
+  /** Abandons the edit: nothing is written; resolves once the lock is released. */
+  abandon(): Promise<undefined>
+}
+
 /** A candidate in a leader election. */
 export declare class NativeLeaderElection {
   /**
@@ -191,6 +208,12 @@ export declare class NativeLock {
   get holderValue(): Buffer
   /** Takes the lock for `ttlMs`, waiting up to `timeoutMs` (`ERR_TIMEOUT` then). */
   lock(ttlMs: number, timeoutMs: number, cancel?: CancelToken | undefined | null): Promise<NativeLockGuard>
+  /**
+   * Starts the core's fenced read-modify-write of `key` (`Lock::edit_async`): resolves
+   * once the lock is held and `key` read, with a `NativeEdit` whose `old` is the value and
+   * whose `finish(value)` / `abandon()` complete it (the lock is released in every case).
+   */
+  editStart(key: string | Uint8Array, ttlMs: number, timeoutMs: number): Promise<NativeEdit>
   /** Who holds the lock now, or null. */
   holder(cancel?: CancelToken | undefined | null): Promise<Buffer | null>
 }

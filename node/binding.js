@@ -839,6 +839,7 @@ module.exports.CancelToken = nativeBinding.CancelToken
 module.exports.Hlc = nativeBinding.Hlc
 module.exports.LocalServer = nativeBinding.LocalServer
 module.exports.NativeClient = nativeBinding.NativeClient
+module.exports.NativeEdit = nativeBinding.NativeEdit
 module.exports.NativeLeaderElection = nativeBinding.NativeLeaderElection
 module.exports.NativeLeadershipEvents = nativeBinding.NativeLeadershipEvents
 module.exports.NativeLease = nativeBinding.NativeLease

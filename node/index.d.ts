@@ -145,8 +145,10 @@ interface NativeStream<T> {
 /**
  * A stream of events as an async iterator (`for await (const e of stream)`). Iterate it
  * once. It ends when closed (`break`, `return()`, `close()`, the `signal` given when it was
- * made: then with an `AbortError`), when the client closes, or when its source ends. An error
- * ends it too, after being thrown.
+ * made: then with an `AbortError`), when the client closes, or when its source ends. An
+ * `ERR_LAGGED` error does not end it: it says how many notifications were dropped, and the
+ * next `next()` goes on with the following ones (as in every language). Note that `for
+ * await` stops at a thrown error; call `next()` again (or iterate again) to go on.
  *
  * Nothing is pushed to JavaScript: an event waits in the native module until `next()` asks
  * for it, so a stream nobody reads keeps no handle on Node's event loop.
@@ -168,7 +170,8 @@ export declare class EventStream<T> implements AsyncIterableIterator<T> {
 /**
  * The changes of one key ({@link Client.observe}). `break` (or `close()`) unobserves the key
  * (when no other observation of it is open). An `ERR_LAGGED` error means notifications were
- * dropped because they were not read fast enough: `get` the key and observe it again.
+ * dropped because they were not read fast enough: `get` the key to resynchronise; the
+ * observation goes on (call `next()` again).
  */
 export declare class Observation extends EventStream<Notification> {
 }

@@ -283,8 +283,10 @@ const DONE = Object.freeze({ done: true, value: undefined });
 /**
  * A stream of events as an async iterator (`for await (const e of stream)`). Iterate it
  * once. It ends when closed (`break`, `return()`, `close()`, the `signal` given when it was
- * made: then with an `AbortError`), when the client closes, or when its source ends. An error
- * ends it too, after being thrown.
+ * made: then with an `AbortError`), when the client closes, or when its source ends. An
+ * `ERR_LAGGED` error does not end it: it says how many notifications were dropped, and the
+ * next `next()` goes on with the following ones (as in every language). Note that `for
+ * await` stops at a thrown error; call `next()` again (or iterate again) to go on.
  *
  * Nothing is pushed to JavaScript: an event waits in the native module until `next()` asks
  * for it, so a stream nobody reads keeps no handle on Node's event loop.
@@ -327,14 +329,9 @@ class EventStream {
         }
         if (this.#closed)
             return this.#end();
-        let item;
-        try {
-            item = await n.next();
-        }
-        catch (e) {
-            this.close();
-            throw e;
-        }
+        // An error (ERR_LAGGED: notifications were dropped) is thrown and the stream goes on,
+        // as in every language: the core ends a stream by returning null, never by an error.
+        const item = await n.next();
         if (item === null) {
             this.close();
             return this.#end();
@@ -364,7 +361,8 @@ exports.EventStream = EventStream;
 /**
  * The changes of one key ({@link Client.observe}). `break` (or `close()`) unobserves the key
  * (when no other observation of it is open). An `ERR_LAGGED` error means notifications were
- * dropped because they were not read fast enough: `get` the key and observe it again.
+ * dropped because they were not read fast enough: `get` the key to resynchronise; the
+ * observation goes on (call `next()` again).
  */
 class Observation extends EventStream {
 }
@@ -475,14 +473,12 @@ exports.LockGuard = LockGuard;
  */
 class Lock {
     #native;
-    #client;
     /** The lock `name`, taken as `holder`. */
     constructor(client, name, holder, options) {
         const c = nativeClient(client);
         checkBytes('name', name);
         checkBytes('holder', holder);
         this.#native = new native.NativeLock(c, name, holder, sessionOf(options));
-        this.#client = client;
     }
     /** The lock's key. */
     get name() {
@@ -522,19 +518,24 @@ class Lock {
      * null), then sets the value `f` returned (or deletes the key for `null`) with the lock's
      * fencing token, and unlocks. Resolves with the new value.
      */
-    edit(key, ttlMs, timeoutMs, f) {
-        const client = this.#client;
-        return this.withLock(ttlMs, timeoutMs, async (token) => {
-            const old = await client.get(key);
-            const value = await f(old === null ? null : old.value);
-            if (value === null) {
-                await client.del(key, { fencingToken: token });
-                return null;
-            }
-            checkBytes('the value returned by f', value);
-            await client.set(key, value, { fencingToken: token });
-            return Buffer.from(value);
-        });
+    async edit(key, ttlMs, timeoutMs, f) {
+        checkBytes('key', key);
+        checkMs('ttlMs', ttlMs);
+        checkMs('timeoutMs', timeoutMs);
+        // The core runs the edit (Lock::edit_async) and holds the lock meanwhile; this side only
+        // computes the new value.
+        const edit = await this.#native.editStart(key, ttlMs, timeoutMs);
+        let value;
+        try {
+            value = await f(edit.old);
+            if (value !== null)
+                checkBytes('the value returned by f', value);
+        }
+        catch (e) {
+            await edit.abandon();
+            throw e;
+        }
+        return edit.finish(value);
     }
 }
 exports.Lock = Lock;

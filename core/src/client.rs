@@ -111,7 +111,7 @@ pub struct SetOptions {
     pub condition: SetCondition,
     /// Expire the key after this long (`PX`, whole milliseconds rounded up; zero is refused).
     pub expiry: Option<Duration>,
-    /// A fencing token (`__ft`) for a key protected by a lock (PROTOCOL.md section 5).
+    /// A fencing token (`__ft`) for a key protected by a lock (docs/protocol.md section 5).
     pub fencing_token: Option<Hlc>,
 }
 

@@ -1,7 +1,7 @@
 //! One error type for the whole library, with a stable [`ErrorKind`] that every
 //! binding maps to its own idiom (C status codes, Python exception classes, JS `code`).
 //!
-//! Service errors (the `-ERR text` replies of PROTOCOL.md section 3) are matched on
+//! Service errors (the `-ERR text` replies of docs/protocol.md section 3) are matched on
 //! their exact texts; a text we do not know is kept verbatim in
 //! [`ServiceError::Unknown`], so that a newer server never breaks an older client.
 

@@ -1,4 +1,4 @@
-//! Hybrid logical clocks (PROTOCOL.md section 4): the [`Hlc`] value that versions every key
+//! Hybrid logical clocks (docs/protocol.md section 4): the [`Hlc`] value that versions every key
 //! and the per-application [`HlcClock`] that produces and merges them.
 //!
 //! An HLC is written `{wallClockMs}:{counter}:{nodeId}`. Values are ordered by milliseconds,
@@ -322,7 +322,7 @@ fn parse_u64(
 impl FromStr for Hlc {
     type Err = HlcError;
 
-    /// Parses `{ms}:{counter}:{nodeId}` (PROTOCOL.md section 4). See [`Hlc`] for what a node
+    /// Parses `{ms}:{counter}:{nodeId}` (docs/protocol.md section 4). See [`Hlc`] for what a node
     /// id may hold.
     ///
     /// ```
@@ -703,7 +703,7 @@ impl HlcClock {
     }
 
     /// Merges a received value (a response's or notification's `__ts`) into the clock, by
-    /// the rules of the HLC paper (PROTOCOL.md section 4), and returns the clock's new value.
+    /// the rules of the HLC paper (docs/protocol.md section 4), and returns the clock's new value.
     ///
     /// The milliseconds become the largest of the clock's, the remote's and the wall clock's;
     /// the counter becomes `max(both counters) + 1` if the clock and the remote share those

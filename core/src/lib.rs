@@ -12,7 +12,7 @@
 //! - [`Client::observe`]: a [`KeyObservation`] stream of a key's changes, kept across
 //!   reconnections.
 //!
-//! The wire protocol is described in `PROTOCOL.md` (shared with the project).
+//! The wire protocol is described in `docs/protocol.md`; the layers in `docs/architecture.md`.
 //!
 //! ```no_run
 //! use mqstate::{Client, ConnectOptions, SetOptions};

@@ -1,4 +1,4 @@
-//! Leases, locks and leader election with fencing tokens (PROTOCOL.md section 5).
+//! Leases, locks and leader election with fencing tokens (docs/protocol.md section 5).
 //!
 //! Everything here is built on the public [`Client`] API: a lease is one key holding the
 //! holder's name, acquired and renewed with `SET name holder NEX PX ttl` and released with

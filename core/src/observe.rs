@@ -1,4 +1,4 @@
-//! Key observations (PROTOCOL.md section 6): per-key registrations shared by every stream
+//! Key observations (docs/protocol.md section 6): per-key registrations shared by every stream
 //! that observes the key, notification routing, and restoring everything after a reconnect.
 //!
 //! - One KEYNOTIFY per key however many [`KeyObservation`]s observe it (reference counted);

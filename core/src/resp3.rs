@@ -1,4 +1,4 @@
-//! The RESP3 payloads of the state store (PROTOCOL.md sections 2, 3 and 6), in both
+//! The RESP3 payloads of the state store (docs/protocol.md sections 2, 3 and 6), in both
 //! directions, so that the client and the local server share one codec.
 //!
 //! - Client side: `encode_*` writes a request into a [`BytesMut`]; `decode_*_reply`
@@ -190,7 +190,7 @@ pub fn escape_excerpt(bytes: &[u8], max: usize) -> String {
 // Encoding (requests, replies, notifications)
 // ---------------------------------------------------------------------------------------------
 
-/// The condition of a SET (PROTOCOL.md section 2).
+/// The condition of a SET (docs/protocol.md section 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum SetCondition {
     /// Always set.
@@ -593,7 +593,7 @@ fn decode_keynotify(args: Vec<Bytes>) -> Result<Request, RequestError> {
 // Replies
 // ---------------------------------------------------------------------------------------------
 
-/// Any single RESP3 reply the state store sends (PROTOCOL.md section 3).
+/// Any single RESP3 reply the state store sends (docs/protocol.md section 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// `+text` (the store only sends `+OK`).

@@ -1,4 +1,4 @@
-//! MQTT5 request/response for the state store (PROTOCOL.md section 1): correlation map,
+//! MQTT5 request/response for the state store (docs/protocol.md section 1): correlation map,
 //! per-call timeouts, any number of requests in flight.
 //!
 //! Every request gets 16 bytes of correlation data and a oneshot channel, registered in one

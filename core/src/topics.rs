@@ -1,4 +1,4 @@
-//! The MQTT topics of the state store (PROTOCOL.md sections 1 and 6): the request topic, the
+//! The MQTT topics of the state store (docs/protocol.md sections 1 and 6): the request topic, the
 //! response topic a client chooses and the rules it must follow, and the per-client
 //! notification topics with their hex-encoded levels.
 //!

@@ -329,7 +329,7 @@ impl EventSource for RumqttcEvents {
 }
 
 /// Keeps `Duration` in the signature of this module's users honest: MQTT carries whole
-/// seconds, rounded up, at least 1 (PROTOCOL.md section 1).
+/// seconds, rounded up, at least 1 (docs/protocol.md section 1).
 pub(crate) fn expiry_secs(timeout: Duration) -> u32 {
     let ms = timeout.as_millis();
     let secs = ms.div_ceil(1000).max(1);

@@ -54,7 +54,7 @@ fn clock_holding(value: &Hlc, now: u64) -> (Arc<ManualClock>, HlcClock) {
     (wall, clock)
 }
 
-/// The merge rules of PROTOCOL.md section 4, written independently of the library, in u128
+/// The merge rules of docs/protocol.md section 4, written independently of the library, in u128
 /// so that overflow is visible.
 fn model_merge(own: (u64, u64), remote: (u64, u64), now: u64) -> (u64, u128) {
     let ms = own.0.max(remote.0).max(now);

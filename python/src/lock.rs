@@ -786,7 +786,8 @@ impl Lock {
         PyBytes::new(py, self.inner.lease().name())
     }
 
-    /// Takes the lock for `ttl`, waiting up to `timeout` for it (`mqstate.TimeoutError`).
+    /// Takes the lock for `ttl`, waiting up to `timeout` for it. Raises
+    /// `mqstate.TimeoutError` (a built-in `TimeoutError`) if it could not be had in time.
     fn acquire(
         &self,
         py: Python<'_>,

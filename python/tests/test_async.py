@@ -135,7 +135,7 @@ async def test_connect_timeout_is_a_timeout_naming_host_port_and_limit() -> None
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        with pytest.raises(mqstate.TimeoutError, match=rf"127\.0\.0\.1:{port}.*1s"):
+        with pytest.raises(mqstate.TimeoutError, match=rf"after 1s connecting to 127\.0\.0\.1:{port}"):
             await mqstate.AsyncClient.connect(f"mqtt://127.0.0.1:{port}", connect_timeout=1)
         with pytest.raises(mqstate.TimeoutError, match=rf"127\.0\.0\.1:{port}"):
             mqstate.Client(f"mqtt://127.0.0.1:{port}?connect_timeout_ms=1000")

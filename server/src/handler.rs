@@ -2,7 +2,7 @@
 //! reply payload, the response's `__ts` and the notifications to send out.
 //!
 //! It owns the [`Store`], the [`Registrations`] and the server's HLC, and applies every rule
-//! of PROTOCOL.md: the service errors, the timestamp checks (section 4), the fencing algorithm
+//! of docs/protocol.md: the service errors, the timestamp checks (section 4), the fencing algorithm
 //! (section 5), and notifications (section 6). It knows nothing of MQTT; the
 //! [`service`](crate::service) moves its inputs and outputs to and from the broker.
 //!

@@ -1,7 +1,7 @@
 //! # mqstate-server
 //!
 //! A local state store server for the MQTT5 state store protocol of Azure IoT Operations
-//! (`PROTOCOL.md`), so that clients and tests run on one machine with no cloud.
+//! (`docs/protocol.md`), so that clients and tests run on one machine with no cloud.
 //!
 //! The store attaches to an MQTT5 broker as an ordinary client, subscribes to the request
 //! topic and answers on each request's response topic. The broker is either embedded (the

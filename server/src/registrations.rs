@@ -1,4 +1,4 @@
-//! KEYNOTIFY registrations (PROTOCOL.md section 6), per client id, and the connection
+//! KEYNOTIFY registrations (docs/protocol.md section 6), per client id, and the connection
 //! counting that drops them when a client's connection ends.
 //!
 //! A broker that reports connects and disconnects (the embedded one) feeds

@@ -11,7 +11,7 @@
 //!
 //! Every response goes to the request's response topic with the same correlation data, QoS 1,
 //! content type `application/octet-stream` and the user properties `__stat: 200`,
-//! `__protVer: 1.0` and, where PROTOCOL.md section 4 says so, `__ts`. A request that cannot be
+//! `__protVer: 1.0` and, where docs/protocol.md section 4 says so, `__ts`. A request that cannot be
 //! answered (no response topic, no correlation data, an invalid or forbidden response topic) is
 //! not executed: it is dropped with a log line.
 

@@ -1,5 +1,5 @@
 //! The key-value store itself: keys → (value, version, fencing token, expiry deadline), the
-//! key quota, conditional SET, and expiry (PROTOCOL.md sections 2, 5 and 7).
+//! key quota, conditional SET, and expiry (docs/protocol.md sections 2, 5 and 7).
 //!
 //! Everything here is synchronous and takes the current time as an argument, so it can be
 //! tested without a runtime or a real clock. Versions are computed by the caller (the
@@ -43,7 +43,7 @@ pub struct Entry {
     pub value: Bytes,
     /// The version the last applied SET gave the key.
     pub version: Hlc,
-    /// The fencing token protecting the key, if a SET carried one (PROTOCOL.md section 5).
+    /// The fencing token protecting the key, if a SET carried one (docs/protocol.md section 5).
     pub fencing_token: Option<Hlc>,
     /// When the key expires, if it was set with `PX`.
     pub expires_at: Option<Instant>,
@@ -166,7 +166,7 @@ pub struct Store {
     max_keys: Option<usize>,
 }
 
-/// Checks a request's fencing token against the key's (PROTOCOL.md section 5).
+/// Checks a request's fencing token against the key's (docs/protocol.md section 5).
 fn check_fence(entry: &Entry, token: Option<&Hlc>) -> Result<(), StoreError> {
     match (&entry.fencing_token, token) {
         (None, _) => Ok(()),

@@ -1,4 +1,4 @@
-//! Conformance of the local state store to PROTOCOL.md, over raw MQTT5 (rumqttc directly, not
+//! Conformance of the local state store to docs/protocol.md, over raw MQTT5 (rumqttc directly, not
 //! the mqstate client). Requests are built by hand as the protocol's byte sequences; every reply
 //! is checked byte for byte with its properties (`__stat`, `__protVer`, `__ts`, correlation
 //! data, content type). Every scenario runs against the embedded broker and against Mosquitto.
@@ -46,7 +46,7 @@ fn notify_set(value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// CRUD with the exact byte sequences of PROTOCOL.md.
+/// CRUD with the exact byte sequences of docs/protocol.md.
 async fn crud(h: &Harness) {
     let mut c = h.client("crud-client").await;
     let set = c
@@ -446,7 +446,7 @@ async fn quota(h: &Harness) {
 }
 both_backends!(quota, ServerConfig::default().with_max_keys(Some(2)));
 
-/// Fencing tokens (PROTOCOL.md section 5): token set, missing, lower, equal, newer, future;
+/// Fencing tokens (docs/protocol.md section 5): token set, missing, lower, equal, newer, future;
 /// DEL and VDEL follow the same checks; GET needs none.
 async fn fencing(h: &Harness) {
     let mut c = h.client("Client1").await;

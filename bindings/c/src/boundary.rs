@@ -104,7 +104,7 @@ pub(crate) fn all_statuses() -> [mqstate_status; 15] {
 }
 
 /// Which error the state store reported, for `MQSTATE_SERVICE_ERROR` (the exact texts are in
-/// PROTOCOL.md section 3). Stable values; new ones may be added.
+/// docs/protocol.md section 3). Stable values; new ones may be added.
 #[allow(
     non_camel_case_types,
     reason = "C names: the header shows the Rust names as they are"

@@ -176,7 +176,7 @@ pub unsafe extern "C" fn mqstate_client_get(
 /// empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
 /// a pointer to the expiry in milliseconds, which must be > 0 (0 is
 /// `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
-/// `fencing_token`: NULL, or the token protecting the key (PROTOCOL.md section 5).
+/// `fencing_token`: NULL, or the token protecting the key (docs/protocol.md section 5).
 /// `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
 /// version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the
 /// condition failed.

@@ -1,4 +1,4 @@
-//! Leases, locks and leader election (PROTOCOL.md section 5), over
+//! Leases, locks and leader election (docs/protocol.md section 5), over
 //! `mqstate::lock::blocking`: every rule (SET NEX PX, VDEL, the fencing token, renewal,
 //! waiting on the release) is the core's; this module only converts arguments and results.
 //!

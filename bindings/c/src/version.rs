@@ -10,7 +10,7 @@ use mqstate::Hlc;
 use crate::boundary::{FfiError, Out, arg_ref, arg_str, free_handle, into_handle, mqstate_status};
 
 /// A version: a hybrid logical clock value `{ms}:{counter}:{node id}`, the version of a key
-/// or a fencing token (PROTOCOL.md sections 4 and 5). Immutable; safe to read from any
+/// or a fencing token (docs/protocol.md sections 4 and 5). Immutable; safe to read from any
 /// thread. Owned ones (from `mqstate_version_parse`, `mqstate_version_new`,
 /// `mqstate_version_clone`, `mqstate_client_set`) are freed with `mqstate_version_free`;
 /// borrowed ones (`const mqstate_version *` from a value or a notification) live as long as

@@ -53,7 +53,7 @@ impl Harness {
     }
 }
 
-/// Builds a request payload as PROTOCOL.md section 2 writes it: `*N` then `$len` + bytes.
+/// Builds a request payload as docs/protocol.md section 2 writes it: `*N` then `$len` + bytes.
 pub fn resp(parts: &[&[u8]]) -> Bytes {
     let mut out = format!("*{}\r\n", parts.len()).into_bytes();
     for p in parts {

@@ -16,8 +16,11 @@
 
 #include "mqstate.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,6 +391,37 @@ static void test_connect_refused(void) {
         CHECK(len > 0);
     }
     mqstate_connect_options_free(options);
+}
+
+/* A socket that listens and never accepts: the TCP connection completes (in the backlog), the
+ * MQTT CONNACK never comes. The connect times out: MQSTATE_TIMEOUT, naming host:port. */
+static void test_connect_timeout(void) {
+    mqstate_connect_options *options = NULL;
+    mqstate_client *client = (mqstate_client *)&g_port;
+    struct sockaddr_in addr;
+    socklen_t addr_len = sizeof addr;
+    char want[64];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0);
+    CHECK(listen(fd, 8) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&addr, &addr_len) == 0);
+    CHECK_OK(mqstate_connect_options_new("127.0.0.1", ntohs(addr.sin_port), &options));
+    CHECK_OK(mqstate_connect_options_set_connect_timeout_ms(options, 1000));
+    CHECK_STATUS(mqstate_client_new(options, &client), MQSTATE_TIMEOUT);
+    CHECK(client == (mqstate_client *)&g_port);
+    snprintf(want, sizeof want, "127.0.0.1:%u", (unsigned)ntohs(addr.sin_port));
+    CHECK_MESSAGE_HAS(want);
+    CHECK_MESSAGE_HAS("after 1s");
+    /* Under the core's minimum of 1 s is refused where it is set. */
+    CHECK_STATUS(mqstate_connect_options_set_connect_timeout_ms(options, 999),
+                 MQSTATE_INVALID_ARGUMENT);
+    mqstate_connect_options_free(options);
+    close(fd);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1651,6 +1685,7 @@ int main(int argc, char **argv) {
         test_null_parameters);
     run("connect options: URL, setters, validation, copies", test_connect_options);
     run("connection refused is an error, client_out untouched", test_connect_refused);
+    run("a connect that times out is MQSTATE_TIMEOUT naming host:port", test_connect_timeout);
     run("binary keys and values (NUL, CR LF), empty and 65000-byte values, not found",
         test_binary_values_round_trip);
     run("NX / NEX not applied, VDEL mismatch / not found", test_conditions_and_vdel);
