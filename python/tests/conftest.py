@@ -4,6 +4,7 @@ and a broker with no state store behind it (for timeouts and cancellation)."""
 from __future__ import annotations
 
 import json
+import sys
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -48,3 +49,13 @@ def key(request: pytest.FixtureRequest) -> str:
 def vectors(name: str) -> Any:
     with open(VECTORS / f"{name}.json", encoding="utf-8") as f:
         return json.load(f)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many shared behaviour scenarios and steps ran (tests/scenarios), per API."""
+    module = sys.modules.get("test_scenarios")
+    counts: dict[str, list[int]] = getattr(module, "COUNTS", {})
+    for mode, (scenarios, steps) in sorted(counts.items()):
+        terminalreporter.write_line(
+            f"python {mode}: {scenarios} scenarios, {steps} steps passed (tests/scenarios)"
+        )

@@ -193,7 +193,12 @@ impl<E: EventSource> Session<E> {
                             limit: self.options.connect_timeout,
                         }
                     } else {
-                        Error::Connection(e.message.clone())
+                        // Name the broker, as the timeout does: "refused" alone does not say
+                        // which host and port (a default port, say) were tried.
+                        Error::Connection(format!(
+                            "cannot connect to {}:{}: {}",
+                            self.options.host, self.options.port, e.message
+                        ))
                     };
                     if self.fail_first(first_error) {
                         break;
