@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 /// ```text
 /// b"door"        -> door
 /// b"a\nb"        -> a\nb
-/// b"\xff\x00ok"  -> \xff\u{0}ok
+/// b"\xff\x00ok"  -> \xff\0ok
 /// ```
 pub fn escape(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
