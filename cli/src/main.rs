@@ -60,7 +60,8 @@ enum Command {
 
     /// Set a key's value (VALUE, `-` for stdin, or --file).
     #[command(
-        after_help = "Examples:\n  mqstate set door open\n  mqstate set --nx --px 30s session/42 alice\n  mqstate set firmware.bin - < firmware.bin"
+        allow_negative_numbers = true,
+        after_help = "Examples:\n  mqstate set door open\n  mqstate set --nx --px 30s session/42 alice\n  mqstate set temperature -4.5\n  mqstate set firmware.bin - < firmware.bin"
     )]
     Set(set::SetArgs),
 

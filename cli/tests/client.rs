@@ -449,6 +449,27 @@ fn lock_gives_the_command_a_token_returns_its_status_and_releases() {
         .assert()
         .success()
         .stdout("OK\n");
+    // A later holder's fenced write moves the key on; the old token is then refused by the
+    // store: a service error, exit code 6, one line.
+    store
+        .cmd(&[
+            "lock",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("'{bin}' set counter 2 --fencing-token \"$MQSTATE_FENCING_TOKEN\""),
+        ])
+        .assert()
+        .success();
+    let out = store
+        .cmd(&["set", "counter", "3", "--fencing-token", &token.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 6);
+    let err = assert_one_line_error(&out.stderr);
+    assert!(err.contains("set \"counter\": state store error"), "{err}");
+    store.cmd(&["get", "counter"]).assert().stdout("2");
 }
 
 #[test]
