@@ -199,4 +199,48 @@ mod tests {
                 .is_err()
         );
     }
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mqstate").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn client_subcommands_parse() {
+        let Ok(Command::Set(set)) = parse(&["set", "t", "-4.5", "--px", "1m30s", "--nx"]) else {
+            panic!("set did not parse")
+        };
+        assert_eq!(set.value.as_deref(), Some(std::ffi::OsStr::new("-4.5")));
+        assert_eq!(set.px, Some(std::time::Duration::from_secs(90)));
+        assert!(set.nx && !set.nex);
+        assert!(parse(&["set", "k", "v", "--nx", "--nex"]).is_err());
+        assert!(parse(&["set", "k", "v", "--file", "f"]).is_err());
+
+        let Ok(Command::Lock(lock)) =
+            parse(&["lock", "job", "--ttl", "5s", "--", "sh", "-c", "echo --ttl"])
+        else {
+            panic!("lock did not parse")
+        };
+        assert_eq!(lock.ttl, std::time::Duration::from_secs(5));
+        assert_eq!(lock.command, ["sh", "-c", "echo --ttl"]);
+        assert!(parse(&["lock", "job"]).is_err(), "a command is required");
+
+        let Ok(Command::Watch(watch)) = parse(&["watch", "a", "b", "--json", "-p", "1999"]) else {
+            panic!("watch did not parse")
+        };
+        assert_eq!(watch.keys.len(), 2);
+        assert_eq!(watch.connect.port, Some(1999));
+        assert!(parse(&["watch"]).is_err(), "a key is required");
+
+        assert!(
+            parse(&["get", "k", "--timeout", "10"]).is_err(),
+            "a unit is required"
+        );
+        assert!(parse(&["get", "k", "--url", "u", "--from-env"]).is_err());
+        assert!(
+            parse(&["get", "k", "--cert", "c.pem"]).is_err(),
+            "--cert needs --key"
+        );
+        assert!(parse(&["completions", "bash"]).is_ok());
+    }
 }

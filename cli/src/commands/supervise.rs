@@ -62,17 +62,19 @@ pub async fn run(command: &[OsString], mut held: Held<'_>, interrupts: &mut Inte
         }
     };
     let mut lost = None;
+    let mut events_open = true;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            event = held.events.recv() => match event {
+            event = held.events.recv(), if events_open => match event {
                 Some(LeaseEvent::Lost { reason }) => {
                     lost = Some(reason);
                     break terminate(&mut child).await;
                 }
                 Some(_) => {}
-                // Every lease handle is gone: cannot happen while `held` borrows one.
-                None => {}
+                // Every lease handle is gone (cannot happen while `held` borrows one): stop
+                // listening rather than spin.
+                None => events_open = false,
             },
             stop = interrupts.next() => {
                 // Ctrl-C in a terminal reaches the child too (same process group); SIGTERM
