@@ -30,21 +30,26 @@ struct Store {
 }
 
 impl Store {
+    /// A store behind the embedded broker.
     fn start(test: &str) -> Store {
+        Store::start_on(Backend::Embedded, test).unwrap()
+    }
+
+    /// A store behind `backend`; `None` when Mosquitto is missing and not required (the
+    /// test is then skipped, as `mosquitto_or_skip` says).
+    fn start_on(backend: Backend, test: &str) -> Option<Store> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let store = runtime
-            .block_on(TestStore::start(Backend::Embedded, test))
-            .unwrap();
+        let store = runtime.block_on(TestStore::start(backend, test))?;
         let url = format!("mqtt://{}:{}", store.host(), store.port());
-        Store {
+        Some(Store {
             runtime,
             store: Some(store),
             url,
-        }
+        })
     }
 
     /// `mqstate ARGS... --url URL` as an assert_cmd command.
@@ -275,7 +280,18 @@ fn px_expires_and_from_env_connects() {
 
 #[test]
 fn watch_prints_changes_and_the_expiry_delete_and_stops_on_ctrl_c() {
-    let store = Store::start("watch");
+    watch_scenario(Backend::Embedded);
+}
+
+#[test]
+fn watch_through_mosquitto() {
+    watch_scenario(Backend::Mosquitto);
+}
+
+fn watch_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "watch") else {
+        return;
+    };
     let mut watch = Reaper(store.spawn(&["watch", "--json", "door", "temp"]));
     let rx = lines(watch.0.stdout.take().unwrap());
 
@@ -500,7 +516,18 @@ fn a_held_lock_is_not_applied_and_wait_times_out() {
 
 #[test]
 fn two_concurrent_locks_never_overlap() {
-    let store = Store::start("lock_overlap");
+    overlap_scenario(Backend::Embedded);
+}
+
+#[test]
+fn two_concurrent_locks_never_overlap_through_mosquitto() {
+    overlap_scenario(Backend::Mosquitto);
+}
+
+fn overlap_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "lock_overlap") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks");
     let script = format!(
@@ -537,7 +564,18 @@ fn two_concurrent_locks_never_overlap() {
 
 #[test]
 fn losing_the_lock_terminates_the_command() {
-    let store = Store::start("lock_lost");
+    lock_lost_scenario(Backend::Embedded);
+}
+
+#[test]
+fn losing_the_lock_terminates_the_command_through_mosquitto() {
+    lock_lost_scenario(Backend::Mosquitto);
+}
+
+fn lock_lost_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "lock_lost") else {
+        return;
+    };
     let mut lock = Reaper(store.spawn(&[
         "lock",
         "fragile",
