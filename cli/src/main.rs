@@ -1,20 +1,45 @@
-//! The `mqstate` command: `mqstate serve` runs a local state store (an embedded MQTT5 broker
-//! plus the store, or the store attached to an existing broker). More subcommands join later
-//! (bench, get, set, ...).
+//! The `mqstate` command: `mqstate serve` runs a local state store; `get`, `set`, `del`,
+//! `vdel`, `watch`, `lock`, `elect` and `bench` use one (or any state store broker), and
+//! `completions` prints shell completions.
+//!
+//! Every client subcommand shares the connection flags of [`connect::ConnectArgs`] and ends
+//! with an exit code from [`exit::Code`]; a failure is one line on stderr.
 
-use std::net::IpAddr;
+mod commands;
+mod connect;
+mod duration;
+mod exit;
+mod output;
+mod serve;
+mod signals;
+
+use std::future::Future;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
-use mqstate_server::{
-    BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
-    parse_broker_url,
-};
-use tracing_subscriber::EnvFilter;
+use clap::{CommandFactory, Parser, Subcommand};
 
-/// Tools for the MQTT5 state store protocol of Azure IoT Operations.
+use crate::commands::{bench, completions, del, elect, get, lock, set, watch};
+use crate::exit::{Code, Outcome};
+
+/// The exit codes, shown at the end of `mqstate --help`.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success (lock, elect: the command's own exit status)
+  1    miss: no such key (get, del, vdel)
+  2    usage: bad arguments, bad URL, unreadable file
+  3    not applied: set --nx/--nex condition failed, vdel value differs, lock held
+  4    connection: broker unreachable, refused, silent (no CONNACK within --timeout), or dropped
+  5    timeout: the state store did not answer within --timeout, or --wait ran out
+  6    service: the state store answered an error
+  7    lost: lock / elect lost the lease while the command ran (it got SIGTERM)
+  130  interrupted (Ctrl-C)
+
+Connection: --url, else $MQSTATE_URL, else mqtt://127.0.0.1:1883 (--from-env: AIO_* variables).";
+
+/// Tools for the MQTT5 state store protocol of Azure IoT Operations: a local server, and
+/// commands to read, write, watch and lock keys.
 #[derive(Debug, Parser)]
-#[command(name = "mqstate", version, about, long_about = None)]
+#[command(name = "mqstate", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,118 +49,102 @@ struct Cli {
 enum Command {
     /// Run a local state store: an embedded MQTT5 broker on 127.0.0.1:1883 plus the store
     /// (or, with --broker, the store alone attached to an existing broker).
-    Serve(ServeArgs),
+    #[command(after_help = "Example:\n  mqstate serve --port 1883 --max-keys 10000")]
+    Serve(serve::ServeArgs),
+
+    /// Print a key's value (raw bytes to a pipe, escaped text to a terminal).
+    #[command(
+        after_help = "Examples:\n  mqstate get door\n  mqstate get --json door\n  mqstate get firmware.bin > firmware.bin"
+    )]
+    Get(get::GetArgs),
+
+    /// Set a key's value (VALUE, `-` for stdin, or --file).
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "Examples:\n  mqstate set door open\n  mqstate set --nx --px 30s session/42 alice\n  mqstate set temperature -4.5\n  mqstate set firmware.bin - < firmware.bin"
+    )]
+    Set(set::SetArgs),
+
+    /// Delete a key.
+    #[command(after_help = "Example:\n  mqstate del door")]
+    Del(del::DelArgs),
+
+    /// Delete a key only if it holds VALUE.
+    #[command(after_help = "Example:\n  mqstate vdel lock/nightly worker-1")]
+    Vdel(del::VdelArgs),
+
+    /// Print every change of the keys, one line each, until Ctrl-C.
+    #[command(
+        after_help = "Examples:\n  mqstate watch door window\n  mqstate watch --json door | jq .value"
+    )]
+    Watch(watch::WatchArgs),
+
+    /// Run a command while holding a lock, like flock (fencing token in
+    /// $MQSTATE_FENCING_TOKEN).
+    #[command(
+        after_help = "Examples:\n  mqstate lock nightly --ttl 10s -- ./backup.sh\n  mqstate lock nightly --wait 1m -- sh -c 'echo token $MQSTATE_FENCING_TOKEN'"
+    )]
+    Lock(lock::LockArgs),
+
+    /// Run a command only while this process is the elected leader.
+    #[command(
+        after_help = "Example:\n  mqstate elect pumps --candidate node-a --term 5s -- ./pump-controller"
+    )]
+    Elect(elect::ElectArgs),
+
+    /// Measure SET / GET throughput and latency.
+    #[command(
+        after_help = "Examples:\n  mqstate bench --in-flight 64 --duration 10s\n  mqstate bench --ops get --value-size 1024 --json"
+    )]
+    Bench(bench::BenchArgs),
+
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Example:\n  mqstate completions bash > ~/.local/share/bash-completion/completions/mqstate"
+    )]
+    Completions(completions::CompletionsArgs),
 }
 
-#[derive(Debug, Args)]
-struct ServeArgs {
-    /// Port of the embedded broker (0: any free port; the chosen one is logged).
-    #[arg(long, default_value_t = DEFAULT_PORT)]
-    port: u16,
-
-    /// Address the embedded broker listens on (0.0.0.0 to accept other machines).
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: IpAddr,
-
-    /// Attach the store to this existing broker instead of starting the embedded one
-    /// (mqtt://host:port; plain TCP, anonymous). With Mosquitto, add `log_dest topic` to its
-    /// configuration so that the store sees disconnects and drops their KEYNOTIFY
-    /// registrations.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["port", "bind", "max_packet_size"])]
-    broker: Option<String>,
-
-    /// Key quota: a SET that would create more keys fails with "the quota has been exceeded"
-    /// (default: no limit).
-    #[arg(long, value_name = "N")]
-    max_keys: Option<usize>,
-
-    /// Largest MQTT packet in bytes, for the embedded broker and the store (bounds the size
-    /// of keys and values; with --broker, that broker's own limit applies).
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_PACKET_SIZE,
-          value_parser = clap::value_parser!(u32).range(1024..))]
-    max_packet_size: u32,
-
-    /// Log level (error, warn, info, debug, trace; the embedded broker's own logs stay at warn)
-    /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
-    #[arg(long, value_name = "LEVEL")]
-    log: Option<String>,
-}
-
-/// The filter used when neither --log nor RUST_LOG is given.
-const DEFAULT_LOG: &str = "info";
-
-/// A bare level applies to mqstate; the embedded broker's own logs (one line per client
-/// connection at info) stay at warn unless a full filter asks for them.
-fn log_filter(spec: &str) -> String {
-    if spec.contains('=') || spec.contains(',') {
-        spec.to_owned()
-    } else {
-        format!("{spec},mqtt5=warn")
-    }
-}
-
-fn init_logging(filter: Option<&str>) -> Result<(), String> {
-    let filter = match filter {
-        Some(f) => EnvFilter::try_new(log_filter(f)).map_err(|e| format!("--log {f:?}: {e}"))?,
-        None => EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new(log_filter(DEFAULT_LOG))),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    Ok(())
-}
-
-async fn serve(args: ServeArgs) -> Result<(), String> {
-    let mut config = ServerConfig::default()
-        .with_port(args.port)
-        .with_max_keys(args.max_keys)
-        .with_max_packet_size(args.max_packet_size);
-    config.bind = args.bind;
-    if let Some(url) = &args.broker {
-        let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
-        config.broker = BrokerChoice::External { host, port };
-    }
-    let server = LocalServer::start_with(config)
-        .await
-        .map_err(|e| e.to_string())?;
-    if server.is_embedded() {
-        tracing::info!(
-            url = %server.url(),
-            "mqstate serve: embedded MQTT5 broker and state store ready"
-        );
-    } else {
-        tracing::info!(
-            url = %server.url(),
-            "mqstate serve: state store attached to the external broker"
-        );
-    }
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
-    }
-    tracing::info!("shutting down");
-    server.shutdown().await;
-    Ok(())
+/// Runs a client subcommand on a fresh runtime.
+fn block_on(command: impl Future<Output = Outcome>) -> Outcome {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| exit::Failure::usage(format!("cannot start the runtime: {e}")))?
+        .block_on(command)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Serve(args) => init_logging(args.log.as_deref()).and_then(|()| {
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the runtime: {e}"))?
-                .block_on(serve(args))
-        }),
+    let outcome = match cli.command {
+        Command::Serve(args) => {
+            // Unchanged behaviour: exit status 1 on any failure.
+            return match serve::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mqstate: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Completions(args) => {
+            completions::run(&args, &mut Cli::command());
+            Ok(Code::Success)
+        }
+        Command::Get(args) => block_on(get::run(args)),
+        Command::Set(args) => block_on(set::run(args)),
+        Command::Del(args) => block_on(del::run_del(args)),
+        Command::Vdel(args) => block_on(del::run_vdel(args)),
+        Command::Watch(args) => block_on(watch::run(args)),
+        Command::Lock(args) => block_on(lock::run(args)),
+        Command::Elect(args) => block_on(elect::run(args)),
+        Command::Bench(args) => block_on(bench::run(args)),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mqstate: {e}");
-            ExitCode::FAILURE
+    match outcome {
+        Ok(code) => ExitCode::from(code.as_u8()),
+        Err(failure) => {
+            eprintln!("mqstate: {failure}");
+            ExitCode::from(failure.code.as_u8())
         }
     }
 }
@@ -144,6 +153,7 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use mqstate_server::DEFAULT_MAX_PACKET_SIZE;
 
     #[test]
     fn cli_is_well_formed() {
@@ -153,7 +163,9 @@ mod tests {
     #[test]
     fn serve_defaults_and_flags() {
         let cli = Cli::try_parse_from(["mqstate", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
         assert_eq!(args.port, 1883);
         assert_eq!(args.bind.to_string(), "127.0.0.1");
         assert!(args.broker.is_none());
@@ -174,7 +186,9 @@ mod tests {
             "debug",
         ])
         .unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
         assert_eq!(
             (args.port, args.max_keys, args.max_packet_size),
             (0, Some(10), 2048)
@@ -184,5 +198,49 @@ mod tests {
             Cli::try_parse_from(["mqstate", "serve", "--broker", "mqtt://h:1", "--port", "5"])
                 .is_err()
         );
+    }
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mqstate").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn client_subcommands_parse() {
+        let Ok(Command::Set(set)) = parse(&["set", "t", "-4.5", "--px", "1m30s", "--nx"]) else {
+            panic!("set did not parse")
+        };
+        assert_eq!(set.value.as_deref(), Some(std::ffi::OsStr::new("-4.5")));
+        assert_eq!(set.px, Some(std::time::Duration::from_secs(90)));
+        assert!(set.nx && !set.nex);
+        assert!(parse(&["set", "k", "v", "--nx", "--nex"]).is_err());
+        assert!(parse(&["set", "k", "v", "--file", "f"]).is_err());
+
+        let Ok(Command::Lock(lock)) =
+            parse(&["lock", "job", "--ttl", "5s", "--", "sh", "-c", "echo --ttl"])
+        else {
+            panic!("lock did not parse")
+        };
+        assert_eq!(lock.ttl, std::time::Duration::from_secs(5));
+        assert_eq!(lock.command, ["sh", "-c", "echo --ttl"]);
+        assert!(parse(&["lock", "job"]).is_err(), "a command is required");
+
+        let Ok(Command::Watch(watch)) = parse(&["watch", "a", "b", "--json", "-p", "1999"]) else {
+            panic!("watch did not parse")
+        };
+        assert_eq!(watch.keys.len(), 2);
+        assert_eq!(watch.connect.port, Some(1999));
+        assert!(parse(&["watch"]).is_err(), "a key is required");
+
+        assert!(
+            parse(&["get", "k", "--timeout", "10"]).is_err(),
+            "a unit is required"
+        );
+        assert!(parse(&["get", "k", "--url", "u", "--from-env"]).is_err());
+        assert!(
+            parse(&["get", "k", "--cert", "c.pem"]).is_err(),
+            "--cert needs --key"
+        );
+        assert!(parse(&["completions", "bash"]).is_ok());
     }
 }

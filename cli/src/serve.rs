@@ -1,0 +1,115 @@
+//! `mqstate serve`: a local state store (an embedded MQTT5 broker plus the store, or the
+//! store attached to an existing broker), until Ctrl-C.
+
+use std::net::IpAddr;
+
+use clap::Args;
+use mqstate_server::{
+    BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
+    parse_broker_url,
+};
+use tracing_subscriber::EnvFilter;
+
+/// The flags of `mqstate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Port of the embedded broker (0: any free port; the chosen one is logged).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+
+    /// Address the embedded broker listens on (0.0.0.0 to accept other machines).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+
+    /// Attach the store to this existing broker instead of starting the embedded one
+    /// (mqtt://host:port; plain TCP, anonymous). With Mosquitto, add `log_dest topic` to its
+    /// configuration so that the store sees disconnects and drops their KEYNOTIFY
+    /// registrations.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["port", "bind", "max_packet_size"])]
+    pub broker: Option<String>,
+
+    /// Key quota: a SET that would create more keys fails with "the quota has been exceeded"
+    /// (default: no limit).
+    #[arg(long, value_name = "N")]
+    pub max_keys: Option<usize>,
+
+    /// Largest MQTT packet in bytes, for the embedded broker and the store (bounds the size
+    /// of keys and values; with --broker, that broker's own limit applies).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_PACKET_SIZE,
+          value_parser = clap::value_parser!(u32).range(1024..))]
+    pub max_packet_size: u32,
+
+    /// Log level (error, warn, info, debug, trace; the embedded broker's own logs stay at warn)
+    /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
+    #[arg(long, value_name = "LEVEL")]
+    pub log: Option<String>,
+}
+
+/// The filter used when neither --log nor RUST_LOG is given.
+const DEFAULT_LOG: &str = "info";
+
+/// A bare level applies to mqstate; the embedded broker's own logs (one line per client
+/// connection at info) stay at warn unless a full filter asks for them.
+fn log_filter(spec: &str) -> String {
+    if spec.contains('=') || spec.contains(',') {
+        spec.to_owned()
+    } else {
+        format!("{spec},mqtt5=warn")
+    }
+}
+
+pub fn init_logging(filter: Option<&str>) -> Result<(), String> {
+    let filter = match filter {
+        Some(f) => EnvFilter::try_new(log_filter(f)).map_err(|e| format!("--log {f:?}: {e}"))?,
+        None => EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new(log_filter(DEFAULT_LOG))),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    Ok(())
+}
+
+pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    let mut config = ServerConfig::default()
+        .with_port(args.port)
+        .with_max_keys(args.max_keys)
+        .with_max_packet_size(args.max_packet_size);
+    config.bind = args.bind;
+    if let Some(url) = &args.broker {
+        let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
+        config.broker = BrokerChoice::External { host, port };
+    }
+    let server = LocalServer::start_with(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    if server.is_embedded() {
+        tracing::info!(
+            url = %server.url(),
+            "mqstate serve: embedded MQTT5 broker and state store ready"
+        );
+    } else {
+        tracing::info!(
+            url = %server.url(),
+            "mqstate serve: state store attached to the external broker"
+        );
+    }
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
+    }
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Runs `mqstate serve` to the end: logging, a runtime, the server until Ctrl-C.
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    init_logging(args.log.as_deref())?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?
+        .block_on(serve(args))
+}

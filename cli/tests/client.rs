@@ -1,0 +1,800 @@
+//! The client subcommands as a user runs them: the real `mqstate` binary (through
+//! `assert_cmd`) against a real local state store on a free loopback port.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::{cargo_bin, cargo_bin_cmd};
+use mqstate::Hlc;
+use mqstate_server::testing::{Backend, TestStore, free_port};
+use mqstate_server::{LocalServer, ServerConfig};
+
+/// Generous: the machine running the tests may be very busy.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A local state store (embedded broker) on its own runtime, for tests that run the binary.
+struct Store {
+    runtime: tokio::runtime::Runtime,
+    store: Option<TestStore>,
+    url: String,
+}
+
+impl Store {
+    /// A store behind the embedded broker.
+    fn start(test: &str) -> Store {
+        Store::start_on(Backend::Embedded, test).unwrap()
+    }
+
+    /// A store behind `backend`; `None` when Mosquitto is missing and not required (the
+    /// test is then skipped, as `mosquitto_or_skip` says).
+    fn start_on(backend: Backend, test: &str) -> Option<Store> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = runtime.block_on(TestStore::start(backend, test))?;
+        let url = format!("mqtt://{}:{}", store.host(), store.port());
+        Some(Store {
+            runtime,
+            store: Some(store),
+            url,
+        })
+    }
+
+    /// `mqstate ARGS... --url URL` as an assert_cmd command.
+    fn cmd(&self, args: &[&str]) -> assert_cmd::Command {
+        let mut cmd = cargo_bin_cmd!("mqstate");
+        cmd.args(args)
+            .env("MQSTATE_URL", &self.url)
+            .timeout(PATIENCE);
+        cmd
+    }
+
+    /// The same as a plain process (for commands that run alongside the test).
+    fn spawn(&self, args: &[&str]) -> Child {
+        Command::new(cargo_bin!("mqstate"))
+            .args(args)
+            .env("MQSTATE_URL", &self.url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            self.runtime.block_on(store.shutdown());
+        }
+    }
+}
+
+/// Kills a child process on drop, so a failing test leaves nothing behind.
+struct Reaper(Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends a signal to a child.
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for a child's exit status.
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < within, "still running after {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Lines of a child's stdout, read on a thread.
+fn lines(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line that satisfies `want`, within [`PATIENCE`]; `poke` runs while waiting
+/// (for example to make a change until the watcher reports one).
+fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    mut want: impl FnMut(&str) -> bool,
+    mut poke: impl FnMut(),
+) -> String {
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < PATIENCE, "no matching line in time");
+        poke();
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) if want(&line) => return line,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the output ended"),
+        }
+    }
+}
+
+/// A failure is one line on stderr, `mqstate: ...`, never a panic or a Debug dump.
+fn assert_one_line_error(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr).into_owned();
+    assert_eq!(text.lines().count(), 1, "not one line: {text:?}");
+    assert!(text.starts_with("mqstate: "), "{text:?}");
+    assert!(
+        !text.contains("panicked") && !text.contains("Error {"),
+        "{text:?}"
+    );
+    text
+}
+
+fn exit_code(output: &std::process::Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+#[test]
+fn binary_values_go_through_stdin_and_come_back_byte_for_byte() {
+    let store = Store::start("binary_values");
+    let value: Vec<u8> = (0..=255u8).chain(*b"\r\n$3\r\n\0end").collect();
+    store
+        .cmd(&["set", "blob", "-"])
+        .write_stdin(value.clone())
+        .assert()
+        .success()
+        .stdout("OK\n");
+    let out = store.cmd(&["get", "blob"]).output().unwrap();
+    assert_eq!(exit_code(&out), 0);
+    assert_eq!(
+        out.stdout, value,
+        "stdout is a pipe: the raw bytes, nothing added"
+    );
+
+    // From a file, and shown as hex.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v.bin");
+    std::fs::write(&file, b"\x00\xff\x10").unwrap();
+    store
+        .cmd(&["set", "small", "--file", file.to_str().unwrap()])
+        .assert()
+        .success();
+    store
+        .cmd(&["get", "--hex", "small"])
+        .assert()
+        .success()
+        .stdout("00ff10\n");
+    // JSON keeps binary values valid: null plus hex.
+    let out = store.cmd(&["get", "--json", "small"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["value"], serde_json::Value::Null);
+    assert_eq!(json["value_hex"], "00ff10");
+    assert!(json["version"].as_str().unwrap().parse::<Hlc>().is_ok());
+}
+
+#[test]
+fn set_get_del_vdel_and_their_exit_codes() {
+    let store = Store::start("exit_codes");
+    store.cmd(&["set", "door", "open"]).assert().success();
+    let out = store.cmd(&["get", "--json", "door"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (json["key"].as_str(), json["value"].as_str()),
+        (Some("door"), Some("open"))
+    );
+
+    // --nx twice: the second is not applied (exit code 3).
+    store.cmd(&["set", "--nx", "once", "a"]).assert().code(0);
+    let out = store.cmd(&["set", "--nx", "once", "b"]).output().unwrap();
+    assert_eq!(exit_code(&out), 3);
+    let err = assert_one_line_error(&out.stderr);
+    assert!(err.contains("not set"), "{err}");
+    store.cmd(&["get", "once"]).assert().stdout("a");
+    // --nex with the same value applies, with another does not.
+    store.cmd(&["set", "--nex", "once", "a"]).assert().code(0);
+    store.cmd(&["set", "--nex", "once", "c"]).assert().code(3);
+
+    // Misses: exit code 1.
+    let out = store.cmd(&["get", "absent"]).output().unwrap();
+    assert_eq!(exit_code(&out), 1);
+    assert!(out.stdout.is_empty());
+    assert!(assert_one_line_error(&out.stderr).contains("no such key"));
+    store.cmd(&["del", "absent"]).assert().code(1);
+    store.cmd(&["vdel", "absent", "x"]).assert().code(1);
+
+    // VDEL: another value is not applied (3), the right one deletes.
+    store.cmd(&["vdel", "door", "closed"]).assert().code(3);
+    store
+        .cmd(&["vdel", "door", "open"])
+        .assert()
+        .code(0)
+        .stdout("OK\n");
+    store.cmd(&["get", "door"]).assert().code(1);
+    store.cmd(&["del", "once"]).assert().code(0);
+
+    // Usage errors: exit code 2.
+    store
+        .cmd(&["set", "k", "v", "--px", "ten"])
+        .assert()
+        .code(2);
+    store.cmd(&["set", "k"]).assert().code(2);
+    let out = store
+        .cmd(&["set", "k", "v", "--fencing-token", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 2);
+}
+
+#[test]
+fn px_expires_and_from_env_connects() {
+    let store = Store::start("px_and_env");
+    let port = store.url.rsplit(':').next().unwrap().to_owned();
+    let mut cmd = cargo_bin_cmd!("mqstate");
+    cmd.args(["set", "--from-env", "--px", "300ms", "short", "lived"])
+        .env_remove("MQSTATE_URL")
+        .env("AIO_BROKER_HOSTNAME", "127.0.0.1")
+        .env("AIO_BROKER_TCP_PORT", &port)
+        .env("AIO_MQTT_USE_TLS", "false")
+        .timeout(PATIENCE)
+        .assert()
+        .success();
+    let start = Instant::now();
+    loop {
+        let out = store.cmd(&["get", "short"]).output().unwrap();
+        if exit_code(&out) == 1 {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "the key never expired");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn watch_prints_changes_and_the_expiry_delete_and_stops_on_ctrl_c() {
+    watch_scenario(Backend::Embedded);
+}
+
+#[test]
+fn watch_through_mosquitto() {
+    watch_scenario(Backend::Mosquitto);
+}
+
+fn watch_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "watch") else {
+        return;
+    };
+    let mut watch = Reaper(store.spawn(&["watch", "--json", "door", "temp"]));
+    let rx = lines(watch.0.stdout.take().unwrap());
+
+    // Changes made by another client; the first ones may come before the watch is
+    // registered, so keep changing until one is seen.
+    let mut n = 0;
+    let first = wait_line(
+        &rx,
+        |l| l.contains("\"door\""),
+        || {
+            n += 1;
+            store
+                .cmd(&["set", "door", &format!("open-{n}")])
+                .assert()
+                .success();
+        },
+    );
+    let json: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(json["op"], "SET");
+    assert!(json["value"].as_str().unwrap().starts_with("open-"));
+    assert_eq!(json["synthesized"], false);
+    assert!(json["version"].as_str().unwrap().parse::<Hlc>().is_ok());
+    assert!(json["time"].as_str().unwrap().ends_with('Z'));
+
+    store.cmd(&["del", "door"]).assert().success();
+    wait_line(
+        &rx,
+        |l| l.contains("\"door\"") && l.contains("\"DELETE\""),
+        || {},
+    );
+
+    // A key set with --px: its SET, then a DELETE when it expires.
+    store
+        .cmd(&["set", "temp", "21.5", "--px", "500ms"])
+        .assert()
+        .success();
+    let set = wait_line(&rx, |l| l.contains("\"temp\""), || {});
+    assert!(set.contains("\"SET\"") && set.contains("21.5"), "{set}");
+    let deleted = wait_line(&rx, |l| l.contains("\"temp\""), || {});
+    assert!(deleted.contains("\"DELETE\""), "{deleted}");
+
+    signal(&watch.0, "-INT");
+    let status = wait_exit(&mut watch.0, PATIENCE);
+    assert_eq!(status.code(), Some(0), "Ctrl-C ends watch cleanly");
+    let mut stderr = String::new();
+    watch
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn watch_keeps_going_across_a_broker_restart() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = free_port().unwrap();
+    let config = || ServerConfig::default().with_port(port);
+    let server = runtime.block_on(LocalServer::start_with(config())).unwrap();
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let mqstate = |args: &[&str]| {
+        let mut cmd = cargo_bin_cmd!("mqstate");
+        cmd.args(args).env("MQSTATE_URL", &url).timeout(PATIENCE);
+        cmd
+    };
+    let mut watch = Reaper(
+        Command::new(cargo_bin!("mqstate"))
+            .args(["watch", "door"])
+            .env("MQSTATE_URL", &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = lines(watch.0.stdout.take().unwrap());
+    let mut n = 0;
+    wait_line(
+        &rx,
+        |l| l.contains(" door SET before-"),
+        || {
+            n += 1;
+            mqstate(&["set", "door", &format!("before-{n}")])
+                .assert()
+                .success();
+        },
+    );
+
+    runtime.block_on(server.shutdown());
+    let server = runtime.block_on(LocalServer::start_with(config())).unwrap();
+    // The new store is empty: once reconnected, the watch learns the key is gone (a
+    // DELETE synthesized from the catch-up GET), then sees changes made after the restart.
+    let gone = wait_line(&rx, |l| l.contains(" door DELETE"), || {});
+    assert!(gone.ends_with("(synthesized after a reconnect)"), "{gone}");
+    let mut m = 0;
+    wait_line(
+        &rx,
+        |l| l.contains(" door SET after-"),
+        || {
+            m += 1;
+            let _ = mqstate(&["set", "door", &format!("after-{m}")]).output();
+        },
+    );
+    assert!(
+        watch.0.try_wait().unwrap().is_none(),
+        "watch is still running"
+    );
+    signal(&watch.0, "-TERM");
+    assert_eq!(wait_exit(&mut watch.0, PATIENCE).code(), Some(0));
+    runtime.block_on(server.shutdown());
+}
+
+#[test]
+fn lock_gives_the_command_a_token_returns_its_status_and_releases() {
+    let store = Store::start("lock_token");
+    let out = store
+        .cmd(&[
+            "lock",
+            "job",
+            "--ttl",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            "echo $MQSTATE_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    let token: Hlc = token.trim().parse().unwrap();
+    assert_eq!(token.node_id, "StateStore");
+    // Released after: nobody holds it.
+    store.cmd(&["get", "job"]).assert().code(1);
+
+    // The command's own exit status comes back.
+    store
+        .cmd(&["lock", "job", "--", "sh", "-c", "exit 42"])
+        .assert()
+        .code(42);
+    store.cmd(&["get", "job"]).assert().code(1);
+    // A command that does not exist: 127, and the lock is released.
+    let out = store
+        .cmd(&["lock", "job", "--", "/nonexistent/command"])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 127);
+    assert_one_line_error(&out.stderr);
+    store.cmd(&["get", "job"]).assert().code(1);
+    // The token protects writes: a fenced SET with it is accepted.
+    let bin = cargo_bin!("mqstate").to_str().unwrap().to_owned();
+    store
+        .cmd(&[
+            "lock",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("'{bin}' set counter 1 --fencing-token \"$MQSTATE_FENCING_TOKEN\""),
+        ])
+        .assert()
+        .success()
+        .stdout("OK\n");
+    // A later holder's fenced write moves the key on; the old token is then refused by the
+    // store: a service error, exit code 6, one line.
+    store
+        .cmd(&[
+            "lock",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("'{bin}' set counter 2 --fencing-token \"$MQSTATE_FENCING_TOKEN\""),
+        ])
+        .assert()
+        .success();
+    let out = store
+        .cmd(&["set", "counter", "3", "--fencing-token", &token.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 6);
+    let err = assert_one_line_error(&out.stderr);
+    assert!(err.contains("set \"counter\": state store error"), "{err}");
+    store.cmd(&["get", "counter"]).assert().stdout("2");
+}
+
+#[test]
+fn a_held_lock_is_not_applied_and_wait_times_out() {
+    let store = Store::start("lock_held");
+    let mut holder = Reaper(store.spawn(&["lock", "busy", "--ttl", "10s", "--", "sleep", "30"]));
+    let start = Instant::now();
+    while exit_code(&store.cmd(&["get", "busy"]).output().unwrap()) != 0 {
+        assert!(start.elapsed() < PATIENCE, "the holder never took the lock");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = store.cmd(&["lock", "busy", "--", "true"]).output().unwrap();
+    assert_eq!(exit_code(&out), 3);
+    assert!(assert_one_line_error(&out.stderr).contains("held by"));
+    let out = store
+        .cmd(&["lock", "busy", "--wait", "500ms", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 5);
+    assert!(assert_one_line_error(&out.stderr).contains("not acquired within"));
+    // An election on the same key: not elected in time.
+    store
+        .cmd(&["elect", "busy", "--wait", "500ms", "--", "true"])
+        .assert()
+        .code(5);
+    let _ = holder.0.kill();
+}
+
+#[test]
+fn two_concurrent_locks_never_overlap() {
+    overlap_scenario(Backend::Embedded);
+}
+
+#[test]
+fn two_concurrent_locks_never_overlap_through_mosquitto() {
+    overlap_scenario(Backend::Mosquitto);
+}
+
+fn overlap_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "lock_overlap") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    let script = format!(
+        "echo start $$ >> '{0}'; sleep 0.3; echo end $$ >> '{0}'",
+        marks.display()
+    );
+    let rounds = 3;
+    let runners: Vec<Reaper> = (0..2)
+        .map(|_| {
+            let script = format!("for i in $(seq {rounds}); do '{}' lock shared --ttl 5s --wait 120s -- sh -c \"{}\" || exit 1; done", cargo_bin!("mqstate").display(), script.replace('"', "\\\"").replace('$', "\\$"));
+            Reaper(
+                Command::new("sh")
+                    .args(["-c", &script])
+                    .env("MQSTATE_URL", &store.url)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for mut runner in runners {
+        assert!(wait_exit(&mut runner.0, Duration::from_secs(300)).success());
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let marks: Vec<(&str, &str)> = text.lines().map(|l| l.split_once(' ').unwrap()).collect();
+    assert_eq!(marks.len(), 2 * 2 * rounds, "{text}");
+    for pair in marks.chunks(2) {
+        assert_eq!(pair[0].0, "start", "{text}");
+        assert_eq!(pair[1].0, "end", "{text}");
+        assert_eq!(pair[0].1, pair[1].1, "one holder at a time:\n{text}");
+    }
+}
+
+#[test]
+fn losing_the_lock_terminates_the_command() {
+    lock_lost_scenario(Backend::Embedded);
+}
+
+#[test]
+fn losing_the_lock_terminates_the_command_through_mosquitto() {
+    lock_lost_scenario(Backend::Mosquitto);
+}
+
+fn lock_lost_scenario(backend: Backend) {
+    let Some(store) = Store::start_on(backend, "lock_lost") else {
+        return;
+    };
+    let mut lock = Reaper(store.spawn(&[
+        "lock",
+        "fragile",
+        "--ttl",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got-term; exit 9' TERM; echo started; while true; do sleep 0.1; done",
+    ]));
+    let rx = lines(lock.0.stdout.take().unwrap());
+    wait_line(&rx, |l| l == "started", || {});
+    // Someone deletes the lock key: the lease is lost.
+    store.cmd(&["del", "fragile"]).assert().success();
+    wait_line(&rx, |l| l == "got-term", || {});
+    let status = wait_exit(&mut lock.0, PATIENCE);
+    assert_eq!(status.code(), Some(7));
+    let mut stderr = Vec::new();
+    lock.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    let err = assert_one_line_error(&stderr);
+    assert!(
+        err.contains("lost") && err.contains("SIGTERM") && err.contains("status 9"),
+        "{err}"
+    );
+}
+
+#[test]
+fn elect_runs_the_command_as_leader_then_resigns() {
+    let store = Store::start("elect");
+    let out = store
+        .cmd(&[
+            "elect",
+            "leader",
+            "--candidate",
+            "node-a",
+            "--term",
+            "5s",
+            "--",
+            "sh",
+            "-c",
+            "echo leading with $MQSTATE_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let token = text.trim().strip_prefix("leading with ").unwrap();
+    assert!(token.parse::<Hlc>().is_ok(), "{text}");
+    store.cmd(&["get", "leader"]).assert().code(1);
+}
+
+#[test]
+fn bad_url_and_unreachable_broker_fail_fast_with_their_codes() {
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["get", "k", "--url", "http://127.0.0.1:1883"])
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 2);
+    assert!(assert_one_line_error(&out.stderr).contains("unsupported scheme"));
+
+    // A port nobody listens on: connection refused, exit code 4, at once.
+    let port = free_port().unwrap().to_string();
+    let start = Instant::now();
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["get", "k", "-p", &port, "--timeout", "2s"])
+        .env_remove("MQSTATE_URL")
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 4);
+    assert!(assert_one_line_error(&out.stderr).contains("connecting to 127.0.0.1:"));
+    assert!(start.elapsed() < Duration::from_secs(30));
+
+    // A port that accepts TCP but never answers MQTT: no CONNACK within --timeout is a
+    // connection failure too (exit code 4), reported after about that long.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port().to_string();
+    let start = Instant::now();
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["set", "k", "v", "-p", &port, "--timeout", "1s"])
+        .env_remove("MQSTATE_URL")
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 4);
+    println!("silent broker: {:?}", String::from_utf8_lossy(&out.stderr));
+    assert_one_line_error(&out.stderr);
+    assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn bench_prints_a_table_or_json() {
+    let store = Store::start("bench");
+    let out = store
+        .cmd(&[
+            "bench",
+            "--duration",
+            "300ms",
+            "--in-flight",
+            "4",
+            "--keys",
+            "20",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for (r, op) in results.iter().zip(["set", "get"]) {
+        assert_eq!(r["op"], op);
+        assert!(r["ops"].as_u64().unwrap() > 0);
+        assert_eq!(r["errors"], 0);
+        assert!(r["p99_ms"].as_f64().unwrap() >= r["p50_ms"].as_f64().unwrap());
+    }
+    let out = store
+        .cmd(&[
+            "bench",
+            "--ops",
+            "set",
+            "--duration",
+            "200ms",
+            "--keys",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].contains("ops/s") && rows[0].contains("p50") && rows[0].contains("p99"));
+    assert!(rows[1].starts_with("set"));
+    // The benchmark's keys are cleaned up.
+    store.cmd(&["get", "mqstate-bench/0"]).assert().code(1);
+}
+
+#[test]
+fn help_has_examples_exit_codes_and_completions() {
+    let help = cargo_bin_cmd!("mqstate").arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.contains("Exit codes:") && help.contains("130"),
+        "{help}"
+    );
+    for sub in [
+        "serve",
+        "get",
+        "set",
+        "del",
+        "vdel",
+        "watch",
+        "lock",
+        "elect",
+        "bench",
+        "completions",
+    ] {
+        let out = cargo_bin_cmd!("mqstate")
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("Example"),
+            "{sub} --help has no example:\n{text}"
+        );
+        assert!(text.contains(&format!("mqstate {sub}")), "{sub}:\n{text}");
+    }
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["get", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--url",
+        "--host",
+        "--port",
+        "--ca-file",
+        "--cert",
+        "--key",
+        "--username",
+        "--password-file",
+        "--sat-file",
+        "--client-id",
+        "--timeout",
+        "--from-env",
+    ] {
+        assert!(text.contains(flag), "{flag} missing:\n{text}");
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let out = cargo_bin_cmd!("mqstate")
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            script.contains("watch") && script.contains("fencing-token"),
+            "{shell}"
+        );
+    }
+    cargo_bin_cmd!("mqstate")
+        .args(["completions", "tcsh"])
+        .assert()
+        .code(2);
+}
