@@ -367,7 +367,7 @@ impl IotHub {
     /// device, a full queue, a body over the limit, a bad TTL or property name.
     pub fn send(&self, device_id: &str, message: C2dMessage) -> Result<SendReceipt, IotHubError> {
         message.check(self.inner.config.max_message_size)?;
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let sequence_number = state.next_sequence;
         let stored = queue::store(
@@ -418,7 +418,7 @@ impl IotHub {
     /// Purges the device's queue (every message dead-lettered with `Purged` feedback); returns
     /// how many messages were purged.
     pub fn purge(&self, device_id: &str) -> Result<usize, IotHubError> {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let device = state
             .devices
@@ -497,7 +497,7 @@ impl IotHub {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let name = self.hub_name().to_owned();
-            if let Some(batch) = self.state().feedback.receive(Now::now(), &name) {
+            if let Some(batch) = self.state().feedback.receive(Now::current(), &name) {
                 self.inner.timer.notify_one();
                 return Some(batch);
             }
@@ -581,7 +581,7 @@ impl IotHub {
         password: Option<&str>,
         clean_session: bool,
     ) -> Result<Connected, ConnectRefusal> {
-        let now = Now::now();
+        let now = Now::current();
         let hostname = &self.inner.config.hostname;
         let mut state = self.state();
         let device = state.devices.get_mut(client_id).ok_or_else(|| {
@@ -658,7 +658,7 @@ impl IotHub {
             && d.connection.as_ref().is_some_and(|c| c.id == connection)
         {
             d.session = Some(true);
-            self.pump(&mut state, device_id, Now::now());
+            self.pump(&mut state, device_id, Now::current());
         }
         drop(state);
         self.inner.timer.notify_one();
@@ -676,7 +676,7 @@ impl IotHub {
 
     /// A PUBACK for a C2D delivery.
     pub(crate) fn puback(&self, device_id: &str, connection: u64, packet_id: u16) {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
@@ -695,7 +695,7 @@ impl IotHub {
 
     /// The connection ended: its locks end, and a clean session is forgotten.
     pub(crate) fn disconnected(&self, device_id: &str, connection: u64) {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
@@ -752,7 +752,7 @@ impl IotHub {
 
     /// Applies every due expiry, lock timeout and feedback batch; returns the next deadline.
     pub(crate) fn tick(&self) -> Option<Instant> {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let ids: Vec<String> = state.devices.keys().cloned().collect();
         for id in &ids {
