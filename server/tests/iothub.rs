@@ -956,3 +956,79 @@ async fn the_http_admin_api_and_local_server() {
     assert!(matches!(&err, AdminError::Api { status: 404, .. }), "{err}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_qos_0_subscription_gets_qos_0_deliveries_completed_when_sent() {
+    let (server, hub, addr) = start(quick_config()).await;
+    let mut device = connect(&hub, addr, "dev1", true).await;
+    device
+        .client
+        .subscribe("devices/dev1/messages/devicebound/#", QoS::AtMostOnce)
+        .await
+        .unwrap();
+    let codes = tokio::time::timeout(SOON, device.subacks.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(codes, vec![SubscribeReasonCode::Success(QoS::AtMostOnce)]);
+    hub.send(
+        "dev1",
+        C2dMessage::new("once").message_id("q0").ack(Ack::Positive),
+    )
+    .unwrap();
+    let delivered = device.next().await;
+    assert_eq!(delivered.qos, QoS::AtMostOnce);
+    // No PUBACK exists at QoS 0: the message completed when it was sent.
+    let batch = feedback(&hub).await;
+    assert_eq!(batch.records[0].status_code, FeedbackStatus::Success);
+    assert_eq!(
+        hub.queue("dev1").unwrap().finished[0].state,
+        MessageState::Completed
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_with_certificate_and_key_files() {
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("hub.pem"), dir.path().join("hub.key"));
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    let config = IotHubConfig {
+        tls: DeviceTls::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        ..quick_config()
+    };
+    let (server, hub, addr) = start(config).await;
+    assert!(hub.endpoints().tls);
+    assert!(hub.ca_certificate_pem().is_none(), "nothing generated");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let token = hub.device_token("dev1", Duration::from_secs(60)).unwrap();
+    let mut options = MqttOptions::new("dev1", "localhost", addr.port());
+    options.set_credentials(hub.device_username("dev1"), token);
+    options.set_transport(rumqttc::Transport::tls_with_config(
+        rumqttc::TlsConfiguration::Rustls(Arc::new(tls)),
+    ));
+    connect_with(options).await.unwrap();
+    server.shutdown().await;
+
+    // A missing or unreadable file is a clear error at start.
+    std::fs::write(&key, "not a key").unwrap();
+    let config = IotHubConfig {
+        tls: DeviceTls::Files { cert, key },
+        ..quick_config()
+    };
+    let err = IotHubServer::start(config).await.unwrap_err();
+    assert!(err.to_string().contains("TLS key"), "{err}");
+}

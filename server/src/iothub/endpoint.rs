@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::hub::{ConnectRefusal, IotHub, ToConnection};
+use super::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use super::properties;
 
 /// Room for the topic and headers around the largest body.
@@ -197,12 +197,16 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
                     Packet::Subscribe(sub) => {
                         let mut codes = Vec::with_capacity(sub.filters.len());
-                        let mut wants_c2d = false;
+                        let mut granted = None;
                         for filter in &sub.filters {
                             if filter.path == format!("{devicebound}#") {
-                                wants_c2d = true;
-                                // IoT Hub grants QoS 1 at most.
-                                let qos = if filter.qos == QoS::AtMostOnce { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                                // IoT Hub grants QoS 1 at most (QoS 2 requests get 1).
+                                let (qos, subscription) = if filter.qos == QoS::AtMostOnce {
+                                    (QoS::AtMostOnce, Subscription::AtMostOnce)
+                                } else {
+                                    (QoS::AtLeastOnce, Subscription::AtLeastOnce)
+                                };
+                                granted = Some(subscription);
                                 codes.push(SubscribeReasonCode::Success(qos));
                             } else {
                                 tracing::info!(device = %device_id, filter = %filter.path,
@@ -211,8 +215,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                             }
                         }
                         conn.send(Packet::SubAck(SubAck::new(sub.pkid, codes))).await?;
-                        if wants_c2d {
-                            hub.subscribed(&device_id, connection);
+                        if let Some(subscription) = granted {
+                            hub.subscribed(&device_id, connection, subscription);
                         }
                     }
                     Packet::Unsubscribe(unsub) => {
@@ -240,9 +244,12 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     other => return Err(format!("unexpected packet from a device: {other:?}")),
                 },
                 command = connected.rx.recv() => match command {
-                    Some(ToConnection::Deliver { topic, payload, packet_id }) => {
-                        let mut publish = Publish::from_bytes(topic, QoS::AtLeastOnce, payload);
-                        publish.pkid = packet_id;
+                    Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once }) => {
+                        let qos = if at_most_once { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                        let mut publish = Publish::from_bytes(topic, qos, payload);
+                        if !at_most_once {
+                            publish.pkid = packet_id;
+                        }
                         conn.send(Packet::Publish(publish)).await?;
                     }
                     Some(ToConnection::Close(why)) => return Err(why),
