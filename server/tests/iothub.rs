@@ -1032,3 +1032,32 @@ async fn tls_with_certificate_and_key_files() {
     let err = IotHubServer::start(config).await.unwrap_err();
     assert!(err.to_string().contains("TLS key"), "{err}");
 }
+
+#[tokio::test]
+async fn a_silent_device_is_dropped_after_one_and_a_half_keep_alives() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, hub, addr) = start(quick_config()).await;
+    // A CONNECT with a 1 s keep-alive (encoded by rumqttc's codec), then silence.
+    let mut connect = rumqttc::mqttbytes::v4::Connect::new("dev1");
+    connect.keep_alive = 1;
+    connect.set_login(
+        hub.device_username("dev1"),
+        hub.device_token("dev1", Duration::from_secs(60)).unwrap(),
+    );
+    let mut bytes = bytes::BytesMut::new();
+    connect.write(&mut bytes).unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(&bytes).await.unwrap();
+    let mut connack = [0u8; 4];
+    stream.read_exact(&mut connack).await.unwrap();
+    assert_eq!(connack, [0x20, 2, 0, 0], "CONNACK accepted");
+    let started = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(SOON, stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the hub did not close the silent connection");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400),
+        "closed before 1.5 keep-alives"
+    );
+    server.shutdown().await;
+}

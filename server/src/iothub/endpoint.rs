@@ -183,66 +183,71 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         tokio::pin!(token_expiry);
         let devicebound = format!("devices/{device_id}/messages/devicebound/");
         let events = format!("devices/{device_id}/messages/events/");
+        // Only packets from the device count as signs of life, not deliveries to it.
+        let mut last_heard = tokio::time::Instant::now();
         loop {
             let idle = async {
                 match idle_limit {
-                    Some(limit) => tokio::time::sleep(limit).await,
+                    Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                packet = conn.read_packet() => match packet? {
-                    Packet::PingReq => conn.send(Packet::PingResp).await?,
-                    Packet::Disconnect => return Ok("the device disconnected".to_owned()),
-                    Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
-                    Packet::Subscribe(sub) => {
-                        let mut codes = Vec::with_capacity(sub.filters.len());
-                        let mut granted = None;
-                        for filter in &sub.filters {
-                            if filter.path == format!("{devicebound}#") {
-                                // IoT Hub grants QoS 1 at most (QoS 2 requests get 1).
-                                let (qos, subscription) = if filter.qos == QoS::AtMostOnce {
-                                    (QoS::AtMostOnce, Subscription::AtMostOnce)
+                packet = conn.read_packet() => {
+                    last_heard = tokio::time::Instant::now();
+                    match packet? {
+                        Packet::PingReq => conn.send(Packet::PingResp).await?,
+                        Packet::Disconnect => return Ok("the device disconnected".to_owned()),
+                        Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
+                        Packet::Subscribe(sub) => {
+                            let mut codes = Vec::with_capacity(sub.filters.len());
+                            let mut granted = None;
+                            for filter in &sub.filters {
+                                if filter.path == format!("{devicebound}#") {
+                                    // IoT Hub grants QoS 1 at most (QoS 2 requests get 1).
+                                    let (qos, subscription) = if filter.qos == QoS::AtMostOnce {
+                                        (QoS::AtMostOnce, Subscription::AtMostOnce)
+                                    } else {
+                                        (QoS::AtLeastOnce, Subscription::AtLeastOnce)
+                                    };
+                                    granted = Some(subscription);
+                                    codes.push(SubscribeReasonCode::Success(qos));
                                 } else {
-                                    (QoS::AtLeastOnce, Subscription::AtLeastOnce)
-                                };
-                                granted = Some(subscription);
-                                codes.push(SubscribeReasonCode::Success(qos));
-                            } else {
-                                tracing::info!(device = %device_id, filter = %filter.path,
-                                    "iothub: subscription refused (only {devicebound}# is served)");
-                                codes.push(SubscribeReasonCode::Failure);
+                                    tracing::info!(device = %device_id, filter = %filter.path,
+                                        "iothub: subscription refused (only {devicebound}# is served)");
+                                    codes.push(SubscribeReasonCode::Failure);
+                                }
+                            }
+                            conn.send(Packet::SubAck(SubAck::new(sub.pkid, codes))).await?;
+                            if let Some(subscription) = granted {
+                                hub.subscribed(&device_id, connection, subscription);
                             }
                         }
-                        conn.send(Packet::SubAck(SubAck::new(sub.pkid, codes))).await?;
-                        if let Some(subscription) = granted {
-                            hub.subscribed(&device_id, connection, subscription);
+                        Packet::Unsubscribe(unsub) => {
+                            if unsub.topics.iter().any(|t| t == &format!("{devicebound}#")) {
+                                hub.unsubscribed(&device_id, connection);
+                            }
+                            conn.send(Packet::UnsubAck(UnsubAck::new(unsub.pkid))).await?;
                         }
+                        Packet::Publish(publish) => {
+                            if publish.qos == QoS::ExactlyOnce {
+                                return Err("QoS 2 is not supported by IoT Hub: connection closed".to_owned());
+                            }
+                            let Some(bag) = publish.topic.strip_prefix(&events) else {
+                                return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
+                            };
+                            if publish.payload.len() > config.max_telemetry_size {
+                                return Err(format!("telemetry of {} bytes is over the limit of {}", publish.payload.len(), config.max_telemetry_size));
+                            }
+                            let bag = properties::decode(bag).map_err(|e| format!("telemetry topic: {e}"))?;
+                            hub.telemetry_received(&device_id, bag, publish.payload.clone());
+                            if publish.qos == QoS::AtLeastOnce {
+                                conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
+                            }
+                        }
+                        other => return Err(format!("unexpected packet from a device: {other:?}")),
                     }
-                    Packet::Unsubscribe(unsub) => {
-                        if unsub.topics.iter().any(|t| t == &format!("{devicebound}#")) {
-                            hub.unsubscribed(&device_id, connection);
-                        }
-                        conn.send(Packet::UnsubAck(UnsubAck::new(unsub.pkid))).await?;
-                    }
-                    Packet::Publish(publish) => {
-                        if publish.qos == QoS::ExactlyOnce {
-                            return Err("QoS 2 is not supported by IoT Hub: connection closed".to_owned());
-                        }
-                        let Some(bag) = publish.topic.strip_prefix(&events) else {
-                            return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
-                        };
-                        if publish.payload.len() > config.max_telemetry_size {
-                            return Err(format!("telemetry of {} bytes is over the limit of {}", publish.payload.len(), config.max_telemetry_size));
-                        }
-                        let bag = properties::decode(bag).map_err(|e| format!("telemetry topic: {e}"))?;
-                        hub.telemetry_received(&device_id, bag, publish.payload.clone());
-                        if publish.qos == QoS::AtLeastOnce {
-                            conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
-                        }
-                    }
-                    other => return Err(format!("unexpected packet from a device: {other:?}")),
-                },
+                }
                 command = connected.rx.recv() => match command {
                     Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once }) => {
                         let qos = if at_most_once { QoS::AtMostOnce } else { QoS::AtLeastOnce };
