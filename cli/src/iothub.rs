@@ -132,6 +132,18 @@ impl ServeHubArgs {
     }
 }
 
+/// The message of a start error, with a hint when the hub's ports are taken.
+pub fn explain_start_error(error: &mqstate_server::ServerError) -> String {
+    let text = error.to_string();
+    if matches!(error, mqstate_server::ServerError::IotHub(_)) && text.contains("cannot listen") {
+        format!(
+            "{text} (choose other ports with --iothub-port / --iothub-admin-port, or run without the hub: --no-iothub)"
+        )
+    } else {
+        text
+    }
+}
+
 /// Logs where the hub listens and writes the generated certificate if asked to.
 pub fn announce(hub: &mqstate_server::iothub::IotHub, args: &ServeHubArgs) -> Result<(), String> {
     let endpoints = hub.endpoints();

@@ -108,7 +108,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let server = LocalServer::start_with(config)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| iothub::explain_start_error(&e))?;
     if server.is_embedded() {
         tracing::info!(
             url = %server.url(),
