@@ -276,6 +276,23 @@ mod tests {
     }
 
     #[test]
+    fn unreceived_batches_expire_after_the_feedback_ttl() {
+        let base = Now::current();
+        let mut f = Feedback::new(limits(), base.instant);
+        for _ in 0..3 {
+            f.add(record("a"), base);
+        }
+        f.tick(at(base, 3599));
+        assert!(f.next_deadline().is_some());
+        f.tick(at(base, 3600));
+        assert!(
+            f.receive(at(base, 3600), "hub").is_none(),
+            "expired unreceived"
+        );
+        assert!(f.next_deadline().is_none());
+    }
+
+    #[test]
     fn deleting_a_device_drops_its_feedback() {
         let base = Now::current();
         let mut f = Feedback::new(limits(), base.instant);
