@@ -9,6 +9,7 @@ mod commands;
 mod connect;
 mod duration;
 mod exit;
+mod iothub;
 mod output;
 mod serve;
 mod signals;
@@ -103,6 +104,12 @@ enum Command {
         after_help = "Example:\n  mqstate completions bash > ~/.local/share/bash-completion/completions/mqstate"
     )]
     Completions(completions::CompletionsArgs),
+
+    /// Drive a running local IoT Hub (`mqstate serve`) through its HTTP admin API.
+    #[command(
+        after_help = "Examples:\n  mqstate iothub device add thermostat\n  mqstate iothub send thermostat '{\"setpoint\": 21}' --ack full\n  mqstate iothub feedback"
+    )]
+    Iothub(iothub::IotHubArgs),
 }
 
 /// Runs a client subcommand on a fresh runtime.
@@ -120,6 +127,21 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             // Unchanged behaviour: exit status 1 on any failure.
             return match serve::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mqstate: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Iothub(args) => {
+            // Exit status 1 on any failure, like `serve`.
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the runtime: {e}"))
+                .and_then(|rt| rt.block_on(iothub::run(args)));
+            return match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mqstate: {e}");

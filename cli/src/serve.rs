@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
     #[arg(long, value_name = "LEVEL")]
     pub log: Option<String>,
+
+    #[command(flatten)]
+    pub iothub: crate::iothub::ServeHubArgs,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -78,13 +81,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_keys(args.max_keys)
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
+    config.iothub = args.iothub.to_config();
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };
     }
     let server = LocalServer::start_with(config)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::iothub::explain_start_error(&e))?;
     if server.is_embedded() {
         tracing::info!(
             url = %server.url(),
@@ -95,6 +99,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             url = %server.url(),
             "mqstate serve: state store attached to the external broker"
         );
+    }
+    if let Some(hub) = server.iothub() {
+        crate::iothub::announce(&hub, &args.iothub)?;
     }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");

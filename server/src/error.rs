@@ -22,6 +22,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The local IoT Hub could not start.
+    #[error("IoT Hub: {0}")]
+    IotHub(#[from] crate::iothub::IotHubError),
     /// The `mosquitto` binary is not installed (test helper).
     #[error(
         "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"

@@ -14,6 +14,8 @@
 //! - [`dedup`]: the duplicate-request cache.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
+//!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -35,6 +37,7 @@ pub mod broker;
 pub mod dedup;
 mod error;
 pub mod handler;
+pub mod iothub;
 mod local_server;
 pub mod mosquitto_log;
 pub mod registrations;

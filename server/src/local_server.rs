@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub wall_clock: Option<Arc<dyn WallClock>>,
     /// How long to wait for the store's first connection and subscription (default 10 s).
     pub connect_timeout: Duration,
+    /// The local IoT Hub to run beside the store (`None`, the default: no hub). See
+    /// [`crate::iothub`] and [`LocalServer::iothub`].
+    pub iothub: Option<crate::iothub::IotHubConfig>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -77,6 +80,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("node_id", &self.node_id)
             .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
             .field("connect_timeout", &self.connect_timeout)
+            .field("iothub", &self.iothub)
             .finish()
     }
 }
@@ -95,6 +99,7 @@ impl Default for ServerConfig {
             node_id: DEFAULT_NODE_ID.to_owned(),
             wall_clock: None,
             connect_timeout: Duration::from_secs(10),
+            iothub: None,
         }
     }
 }
@@ -141,6 +146,13 @@ impl ServerConfig {
     #[must_use]
     pub fn with_max_packet_size(mut self, size: u32) -> Self {
         self.max_packet_size = size;
+        self
+    }
+
+    /// Runs the local IoT Hub beside the store with these settings (builder style).
+    #[must_use]
+    pub fn with_iothub(mut self, iothub: crate::iothub::IotHubConfig) -> Self {
+        self.iothub = Some(iothub);
         self
     }
 
@@ -214,6 +226,7 @@ pub struct LocalServer {
     port: u16,
     broker: Option<EmbeddedBroker>,
     service: Option<Service>,
+    iothub: Option<crate::iothub::IotHubServer>,
 }
 
 impl LocalServer {
@@ -284,11 +297,25 @@ impl LocalServer {
                 return Err(e);
             }
         };
+        let iothub = match config.iothub {
+            Some(hub_config) => match crate::iothub::IotHubServer::start(hub_config).await {
+                Ok(hub) => Some(hub),
+                Err(e) => {
+                    service.shutdown().await;
+                    if let Some(b) = broker {
+                        b.shutdown().await;
+                    }
+                    return Err(e.into());
+                }
+            },
+            None => None,
+        };
         Ok(LocalServer {
             host,
             port,
             broker,
             service: Some(service),
+            iothub,
         })
     }
 
@@ -331,9 +358,32 @@ impl LocalServer {
         self.broker.is_some()
     }
 
-    /// Stops the state store, then the embedded broker, and waits for both (a few seconds
-    /// at most).
+    /// The local IoT Hub's service-side API, when [`ServerConfig::iothub`] was set.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use mqstate_server::iothub::{C2dMessage, DeviceSpec, IotHubConfig};
+    /// use mqstate_server::{LocalServer, ServerConfig};
+    ///
+    /// let server =
+    ///     LocalServer::start_with(ServerConfig::default().with_iothub(IotHubConfig::default()))
+    ///         .await?;
+    /// let hub = server.iothub().expect("configured");
+    /// hub.add_device(&DeviceSpec::parse("dev1")?)?;
+    /// hub.send("dev1", C2dMessage::new("hi").message_id("m1"))?;
+    /// server.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn iothub(&self) -> Option<crate::iothub::IotHub> {
+        self.iothub.as_ref().map(crate::iothub::IotHubServer::hub)
+    }
+
+    /// Stops the IoT Hub (if any), the state store, then the embedded broker, and waits for
+    /// them (a few seconds at most).
     pub async fn shutdown(mut self) {
+        if let Some(hub) = self.iothub.take() {
+            hub.shutdown().await;
+        }
         if let Some(service) = self.service.take() {
             service.shutdown().await;
         }

@@ -1,0 +1,68 @@
+//! The hub's error type: one variant per way a request can be refused, each with a message
+//! that names what was wrong, and a stable error code for the HTTP admin API.
+
+/// Why the hub refused a request (nothing was changed) or could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IotHubError {
+    /// No device with this id is registered.
+    #[error("device {0:?} is not registered")]
+    DeviceNotFound(String),
+    /// A device with this id is already registered.
+    #[error("device {0:?} is already registered")]
+    DeviceAlreadyExists(String),
+    /// The device's cloud-to-device queue already holds the maximum number of messages.
+    #[error("the queue of device {device:?} is full ({max} messages); the message was not sent")]
+    QueueFull {
+        /// The device.
+        device: String,
+        /// The queue's limit (50 on IoT Hub).
+        max: usize,
+    },
+    /// The message body is larger than the hub accepts.
+    #[error("the message body is {size} bytes, over the limit of {max} bytes")]
+    PayloadTooLarge {
+        /// Size of the body.
+        size: usize,
+        /// The limit (64 KiB for cloud-to-device messages on IoT Hub).
+        max: usize,
+    },
+    /// A malformed argument: a device id, a key, a property name, a TTL, an ack mode...
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A feedback lock token that is unknown or whose lock has expired.
+    #[error("feedback lock token {0:?} is unknown or its lock has expired")]
+    FeedbackLockLost(String),
+    /// An invalid hub setting.
+    #[error("invalid IoT Hub configuration: {0}")]
+    Config(String),
+    /// A listener could not be started, or a certificate file could not be read.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl IotHubError {
+    /// A stable code for this error, used as `errorCode` by the HTTP admin API (IoT Hub's
+    /// names where it has one).
+    ///
+    /// ```
+    /// use mqstate_server::iothub::IotHubError;
+    /// assert_eq!(IotHubError::DeviceNotFound("d".into()).code(), "DeviceNotFound");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            IotHubError::DeviceNotFound(_) => "DeviceNotFound",
+            IotHubError::DeviceAlreadyExists(_) => "DeviceAlreadyExists",
+            IotHubError::QueueFull { .. } => "DeviceMaximumQueueDepthExceeded",
+            IotHubError::PayloadTooLarge { .. } => "MessageTooLarge",
+            IotHubError::InvalidArgument(_) => "ArgumentInvalid",
+            IotHubError::FeedbackLockLost(_) => "FeedbackLockLost",
+            IotHubError::Config(_) => "InvalidConfiguration",
+            IotHubError::Io(_) => "IoError",
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        IotHubError::InvalidArgument(message.into())
+    }
+}

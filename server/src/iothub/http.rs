@@ -1,0 +1,368 @@
+//! The HTTP+JSON admin API (axum): the service side of the hub for the CLI, curl and any
+//! language. Every error is JSON `{"errorCode": "...", "message": "..."}` with a fitting status;
+//! the routes are listed in `docs/iothub.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+
+use super::error::IotHubError;
+use super::hub::IotHub;
+use super::message::{Ack, C2dMessage, Expiry, format_time};
+use super::registry::DeviceSpec;
+
+/// The longest a request may wait for feedback or telemetry (`waitSecs`).
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// The body of `POST /devices/{id}/messages/devicebound`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendRequest {
+    /// The body as UTF-8 text (or use `payloadBase64`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The body, base64-encoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    /// `$.mid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// `$.cid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// `$.uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// `$.ct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// `$.ce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    /// Application properties (in name order on the topic); `null` is a null property.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, Option<String>>,
+    /// `none` (default), `positive`, `negative` or `full`.
+    #[serde(default)]
+    pub ack: Ack,
+    /// TTL in seconds (default: the hub's default TTL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<f64>,
+    /// Absolute expiry (RFC 3339), instead of `ttlSecs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_time_utc: Option<String>,
+}
+
+impl SendRequest {
+    /// The message this request describes.
+    pub fn into_message(self) -> Result<C2dMessage, IotHubError> {
+        let payload = match (self.payload, self.payload_base64) {
+            (Some(_), Some(_)) => {
+                return Err(IotHubError::invalid(
+                    "give payload or payloadBase64, not both",
+                ));
+            }
+            (Some(text), None) => bytes::Bytes::from(text),
+            (None, Some(b64)) => STANDARD
+                .decode(b64)
+                .map_err(|e| IotHubError::invalid(format!("payloadBase64 is not base64: {e}")))?
+                .into(),
+            (None, None) => bytes::Bytes::new(),
+        };
+        let expiry = match (self.ttl_secs, self.expiry_time_utc) {
+            (Some(_), Some(_)) => {
+                return Err(IotHubError::invalid(
+                    "give ttlSecs or expiryTimeUtc, not both",
+                ));
+            }
+            (Some(secs), None) => Some(Expiry::Ttl(
+                Duration::try_from_secs_f64(secs)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        IotHubError::invalid(format!("ttlSecs {secs} is not a positive number"))
+                    })?,
+            )),
+            (None, Some(at)) => Some(Expiry::At(humantime::parse_rfc3339_weak(&at).map_err(
+                |e| {
+                    IotHubError::invalid(format!(
+                        "expiryTimeUtc {at:?} is not an RFC 3339 time: {e}"
+                    ))
+                },
+            )?)),
+            (None, None) => None,
+        };
+        Ok(C2dMessage {
+            payload,
+            message_id: self.message_id,
+            correlation_id: self.correlation_id,
+            user_id: self.user_id,
+            content_type: self.content_type,
+            content_encoding: self.content_encoding,
+            properties: self.properties.into_iter().collect(),
+            expiry,
+            ack: self.ack,
+        })
+    }
+}
+
+/// The body of `PUT /devices/{id}` (both keys optional: generated when absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddDeviceRequest {
+    /// Primary key (base64 of 16 to 64 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_key: Option<String>,
+    /// Secondary key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secondary_key: Option<String>,
+}
+
+/// What `GET /devices/{id}/token` returns: everything an MQTT client needs to connect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceCredentials {
+    /// The MQTT client id (the device id).
+    pub client_id: String,
+    /// The MQTT user name.
+    pub username: String,
+    /// The MQTT password: a SAS token.
+    pub password: String,
+    /// When the token expires (RFC 3339).
+    pub expiry_time_utc: String,
+    /// The device connection string.
+    pub connection_string: String,
+}
+
+/// What `DELETE /devices/{id}/messages/devicebound` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PurgeResult {
+    /// The device.
+    pub device_id: String,
+    /// How many messages were purged.
+    pub total_messages_purged: usize,
+}
+
+struct ApiError(IotHubError);
+
+impl From<IotHubError> for ApiError {
+    fn from(e: IotHubError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self.0 {
+            IotHubError::DeviceNotFound(_) => StatusCode::NOT_FOUND,
+            IotHubError::DeviceAlreadyExists(_) => StatusCode::CONFLICT,
+            IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
+            IotHubError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            IotHubError::FeedbackLockLost(_) => StatusCode::PRECONDITION_FAILED,
+            IotHubError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        let body = serde_json::json!({ "errorCode": self.0.code(), "message": self.0.to_string() });
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn parse_json<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, IotHubError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| IotHubError::invalid(format!("request body: {e}")))
+}
+
+fn query_secs(
+    query: &HashMap<String, String>,
+    name: &str,
+    default: f64,
+) -> Result<Duration, IotHubError> {
+    match query.get(name) {
+        None => Ok(Duration::from_secs_f64(default)),
+        Some(text) => text
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .map(|d| d.min(MAX_WAIT))
+            .ok_or_else(|| {
+                IotHubError::invalid(format!("{name}={text:?} is not a number of seconds"))
+            }),
+    }
+}
+
+/// The admin API's routes over `hub`.
+pub fn router(hub: IotHub) -> Router {
+    Router::new()
+        .route("/hub", get(hub_info))
+        .route("/devices", get(list_devices))
+        .route(
+            "/devices/{id}",
+            get(get_device).put(add_device).delete(remove_device),
+        )
+        .route("/devices/{id}/token", get(device_token))
+        .route(
+            "/devices/{id}/messages/devicebound",
+            get(queue).post(send).delete(purge),
+        )
+        .route("/devices/{id}/messages/events", get(events))
+        .route("/messages/servicebound/feedback", get(receive_feedback))
+        .route(
+            "/messages/servicebound/feedback/{token}",
+            axum::routing::delete(complete_feedback),
+        )
+        .route(
+            "/messages/servicebound/feedback/{token}/abandon",
+            post(abandon_feedback),
+        )
+        .fallback(not_found)
+        .with_state(hub)
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let body = serde_json::json!({
+        "errorCode": "NotFound",
+        "message": format!("no route {}; see docs/iothub.md", uri.path()),
+    });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+async fn hub_info(State(hub): State<IotHub>) -> impl IntoResponse {
+    axum::Json(hub.info())
+}
+
+async fn list_devices(State(hub): State<IotHub>) -> impl IntoResponse {
+    axum::Json(hub.devices())
+}
+
+async fn get_device(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    Ok(axum::Json(hub.device(&id)?))
+}
+
+async fn add_device(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let request: AddDeviceRequest = parse_json(&body)?;
+    let spec = DeviceSpec {
+        id,
+        primary_key: request.primary_key,
+        secondary_key: request.secondary_key,
+    };
+    Ok((StatusCode::CREATED, axum::Json(hub.add_device(&spec)?)))
+}
+
+async fn remove_device(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    hub.remove_device(&id)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn device_token(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let ttl = match query.get("ttlSecs") {
+        None => Duration::from_secs(3600),
+        Some(t) => t
+            .parse::<u64>()
+            .ok()
+            .filter(|&s| s > 0)
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                IotHubError::invalid(format!("ttlSecs={t:?} is not a positive whole number"))
+            })?,
+    };
+    let password = hub.device_token(&id, ttl)?;
+    Ok(axum::Json(DeviceCredentials {
+        client_id: id.clone(),
+        username: hub.device_username(&id),
+        password,
+        expiry_time_utc: format_time(SystemTime::now() + ttl),
+        connection_string: hub.connection_string(&id)?,
+    }))
+}
+
+async fn send(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<impl IntoResponse> {
+    let request: SendRequest = parse_json(&body)?;
+    let receipt = hub.send(&id, request.into_message()?)?;
+    Ok((StatusCode::CREATED, axum::Json(receipt)))
+}
+
+async fn queue(State(hub): State<IotHub>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+    Ok(axum::Json(hub.queue(&id)?))
+}
+
+async fn purge(State(hub): State<IotHub>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+    let total = hub.purge(&id)?;
+    Ok(axum::Json(PurgeResult {
+        device_id: id,
+        total_messages_purged: total,
+    }))
+}
+
+async fn events(
+    State(hub): State<IotHub>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<impl IntoResponse> {
+    let since = match query.get("since") {
+        None => 0,
+        Some(s) => s
+            .parse::<u64>()
+            .map_err(|_| IotHubError::invalid(format!("since={s:?} is not a sequence number")))?,
+    };
+    let wait = query_secs(&query, "waitSecs", 0.0)?;
+    Ok(axum::Json(hub.wait_telemetry(&id, since, wait).await?))
+}
+
+async fn receive_feedback(
+    State(hub): State<IotHub>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let wait = query_secs(&query, "waitSecs", 0.0)?;
+    Ok(match hub.receive_feedback(wait).await {
+        Some(batch) => axum::Json(batch).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+async fn complete_feedback(
+    State(hub): State<IotHub>,
+    Path(token): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    hub.complete_feedback(&token)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn abandon_feedback(
+    State(hub): State<IotHub>,
+    Path(token): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    hub.abandon_feedback(&token)?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,836 @@
+//! [`IotHub`]: the hub's state (registry, queues, sessions, feedback, telemetry) behind one
+//! mutex, the service-side API in Rust, and the calls the device endpoint makes. No lock is
+//! held across an await; deliveries are handed to connection tasks through channels.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, mpsc};
+
+use super::config::IotHubConfig;
+use super::error::IotHubError;
+use super::feedback::{Feedback, FeedbackLimits};
+use super::message::{
+    C2dMessage, FeedbackBatch, FeedbackRecord, QueueInfo, SendReceipt, TelemetryMessage,
+    format_time,
+};
+use super::properties::Property;
+use super::queue::{self, DeviceQueue, Now, Outcome};
+use super::registry::{Device, DeviceSpec};
+use super::sas;
+
+/// What the hub tells a connection task.
+#[derive(Debug)]
+pub(crate) enum ToConnection {
+    /// Publish this C2D message with this packet id, at QoS 1 (QoS 0 when `at_most_once`).
+    Deliver {
+        topic: String,
+        payload: Bytes,
+        packet_id: u16,
+        at_most_once: bool,
+    },
+    /// Close the connection (another one took over, the device was deleted...).
+    Close(String),
+}
+
+#[derive(Debug)]
+struct Connection {
+    id: u64,
+    tx: mpsc::UnboundedSender<ToConnection>,
+    clean_session: bool,
+}
+
+/// The device's subscription to its device-bound topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subscription {
+    /// Not subscribed: messages wait in the queue.
+    None,
+    /// Granted QoS 0: a message is completed when it is sent (at most once).
+    AtMostOnce,
+    /// Granted QoS 1: a message is completed by the device's PUBACK.
+    AtLeastOnce,
+}
+
+#[derive(Debug)]
+struct DeviceState {
+    device: Device,
+    queue: DeviceQueue,
+    /// The MQTT session: present while connected, and kept after a disconnect when the
+    /// device connected with clean session 0.
+    session: Option<Subscription>,
+    connection: Option<Connection>,
+    telemetry: VecDeque<TelemetryMessage>,
+}
+
+#[derive(Debug)]
+struct State {
+    devices: BTreeMap<String, DeviceState>,
+    feedback: Feedback,
+    next_sequence: u64,
+    next_connection: u64,
+}
+
+/// Addresses of a running hub's listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HubEndpoints {
+    /// The MQTT 3.1.1 device endpoint.
+    pub device_endpoint: Option<SocketAddr>,
+    /// Whether the device endpoint speaks TLS.
+    pub tls: bool,
+    /// The HTTP admin API.
+    pub admin_endpoint: Option<SocketAddr>,
+}
+
+/// A device as listed by [`IotHub::devices`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceInfo {
+    /// The device id.
+    pub device_id: String,
+    /// Its generation id.
+    pub generation_id: String,
+    /// `Connected` or `Disconnected`.
+    pub connection_state: String,
+    /// Messages in its queue.
+    pub queue_depth: usize,
+}
+
+/// The hub's description (`GET /hub`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HubInfo {
+    /// Host name devices use in user names and SAS tokens.
+    pub hostname: String,
+    /// Where it listens.
+    #[serde(flatten)]
+    pub endpoints: HubEndpoints,
+    /// Queue limit per device.
+    pub max_queue_depth: usize,
+    /// Largest C2D body.
+    pub max_message_size: usize,
+    /// Lock timeout, seconds.
+    pub lock_timeout_secs: f64,
+    /// Default TTL, seconds.
+    pub default_ttl_secs: f64,
+    /// Max delivery count.
+    pub max_delivery_count: u32,
+    /// Records per feedback batch.
+    pub feedback_batch_size: usize,
+    /// Feedback batch interval, seconds.
+    pub feedback_batch_interval_secs: f64,
+}
+
+struct Inner {
+    config: IotHubConfig,
+    state: Mutex<State>,
+    /// Wakes the timer task when deadlines may have moved.
+    timer: Notify,
+    /// Wakes feedback receivers.
+    feedback_ready: Notify,
+    /// Wakes telemetry readers.
+    telemetry_ready: Notify,
+    endpoints: Mutex<HubEndpoints>,
+    ca_pem: Mutex<Option<String>>,
+}
+
+/// The local IoT Hub's service side, in process: register devices, send cloud-to-device
+/// messages, read queues, purge, receive feedback, read telemetry. Cheap to clone; every clone
+/// is the same hub. Get it from [`crate::LocalServer::iothub`] or
+/// [`crate::iothub::IotHubServer::hub`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use mqstate_server::iothub::{Ack, C2dMessage, DeviceSpec, IotHubConfig, IotHubServer};
+///
+/// let server = IotHubServer::start(IotHubConfig::default()).await?;
+/// let hub = server.hub();
+/// let device = hub.add_device(&DeviceSpec::parse("sensor-1")?)?;
+/// let token = hub.device_token("sensor-1", Duration::from_secs(3600))?; // MQTT password
+/// hub.send("sensor-1", C2dMessage::new("reboot").message_id("m-1").ack(Ack::Full))?;
+/// if let Some(batch) = hub.receive_feedback(Duration::from_secs(30)).await {
+///     println!("{:?}", batch.records);
+///     hub.complete_feedback(&batch.lock_token)?;
+/// }
+/// # let _ = (device, token);
+/// server.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct IotHub {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for IotHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IotHub")
+            .field("hostname", &self.inner.config.hostname)
+            .finish_non_exhaustive()
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the state half-updated in a way that
+    // matters more than stopping the hub would, so keep serving.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl IotHub {
+    /// A hub with this configuration and its devices registered; nothing listens yet (see
+    /// [`crate::iothub::IotHubServer`]).
+    pub(crate) fn new(config: IotHubConfig) -> Result<IotHub, IotHubError> {
+        config.validate()?;
+        let limits = FeedbackLimits {
+            batch_size: config.feedback_batch_size,
+            batch_interval: config.feedback_batch_interval,
+            ttl: config.feedback_ttl,
+            lock_duration: config.feedback_lock_duration,
+            max_delivery_count: config.feedback_max_delivery_count,
+        };
+        let mut specs = config.devices.clone();
+        for path in &config.device_files {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| IotHubError::Config(format!("device file {}: {e}", path.display())))?;
+            specs.extend(DeviceSpec::parse_file(&text).map_err(|e| {
+                IotHubError::Config(format!("device file {}: {e}", path.display()))
+            })?);
+        }
+        let hub = IotHub {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    devices: BTreeMap::new(),
+                    feedback: Feedback::new(limits, Instant::now()),
+                    next_sequence: 1,
+                    next_connection: 1,
+                }),
+                config,
+                timer: Notify::new(),
+                feedback_ready: Notify::new(),
+                telemetry_ready: Notify::new(),
+                endpoints: Mutex::new(HubEndpoints::default()),
+                ca_pem: Mutex::new(None),
+            }),
+        };
+        for spec in &specs {
+            hub.add_device(spec)
+                .map_err(|e| IotHubError::Config(e.to_string()))?;
+        }
+        Ok(hub)
+    }
+
+    /// The configuration the hub runs with.
+    pub fn config(&self) -> &IotHubConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn set_endpoints(&self, endpoints: HubEndpoints, ca_pem: Option<String>) {
+        *relock(&self.inner.endpoints) = endpoints;
+        *relock(&self.inner.ca_pem) = ca_pem;
+    }
+
+    /// Where the hub listens.
+    pub fn endpoints(&self) -> HubEndpoints {
+        relock(&self.inner.endpoints).clone()
+    }
+
+    /// The PEM certificate of a self-signed device endpoint (what devices must trust).
+    pub fn ca_certificate_pem(&self) -> Option<String> {
+        relock(&self.inner.ca_pem).clone()
+    }
+
+    /// The hub's description.
+    pub fn info(&self) -> HubInfo {
+        let c = &self.inner.config;
+        HubInfo {
+            hostname: c.hostname.clone(),
+            endpoints: self.endpoints(),
+            max_queue_depth: c.max_queue_depth,
+            max_message_size: c.max_message_size,
+            lock_timeout_secs: c.lock_timeout.as_secs_f64(),
+            default_ttl_secs: c.default_ttl.as_secs_f64(),
+            max_delivery_count: c.max_delivery_count,
+            feedback_batch_size: c.feedback_batch_size,
+            feedback_batch_interval_secs: c.feedback_batch_interval.as_secs_f64(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        relock(&self.inner.state)
+    }
+
+    /// The hub's name: the first label of its host name (the `userId` of feedback).
+    pub fn hub_name(&self) -> &str {
+        let host = &self.inner.config.hostname;
+        host.split('.').next().unwrap_or(host)
+    }
+
+    // ----- registry -----
+
+    /// Registers a device; its keys are generated when the spec has none.
+    pub fn add_device(&self, spec: &DeviceSpec) -> Result<Device, IotHubError> {
+        let device = Device::create(spec)?;
+        let mut state = self.state();
+        if state.devices.contains_key(&device.device_id) {
+            return Err(IotHubError::DeviceAlreadyExists(device.device_id));
+        }
+        state.devices.insert(
+            device.device_id.clone(),
+            DeviceState {
+                device: device.clone(),
+                queue: DeviceQueue::default(),
+                session: None,
+                connection: None,
+                telemetry: VecDeque::new(),
+            },
+        );
+        tracing::info!(device = %device.device_id, "iothub: device registered");
+        Ok(device)
+    }
+
+    /// Deletes a device: its queue, its telemetry and its pending feedback go with it, and its
+    /// connection is closed.
+    pub fn remove_device(&self, id: &str) -> Result<(), IotHubError> {
+        let mut state = self.state();
+        let removed = state
+            .devices
+            .remove(id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(id.to_owned()))?;
+        state.feedback.drop_device(id);
+        drop(state);
+        if let Some(c) = removed.connection {
+            let _ =
+                c.tx.send(ToConnection::Close("the device was deleted".into()));
+        }
+        tracing::info!(device = %id, "iothub: device deleted");
+        self.inner.timer.notify_one();
+        Ok(())
+    }
+
+    /// One device, with its keys.
+    pub fn device(&self, id: &str) -> Result<Device, IotHubError> {
+        self.state()
+            .devices
+            .get(id)
+            .map(|d| d.device.clone())
+            .ok_or_else(|| IotHubError::DeviceNotFound(id.to_owned()))
+    }
+
+    /// Every device, by id.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.state()
+            .devices
+            .values()
+            .map(|d| DeviceInfo {
+                device_id: d.device.device_id.clone(),
+                generation_id: d.device.generation_id.clone(),
+                connection_state: if d.connection.is_some() {
+                    "Connected"
+                } else {
+                    "Disconnected"
+                }
+                .to_owned(),
+                queue_depth: d.queue.depth(),
+            })
+            .collect()
+    }
+
+    /// A SAS token for the device, signed with its primary key, valid for `ttl`: the MQTT
+    /// password of the device.
+    pub fn device_token(&self, id: &str, ttl: Duration) -> Result<String, IotHubError> {
+        if ttl.is_zero() {
+            return Err(IotHubError::invalid("the token TTL must be positive"));
+        }
+        let device = self.device(id)?;
+        sas::generate(
+            &sas::device_resource(&self.inner.config.hostname, id),
+            &device.primary_key,
+            SystemTime::now() + ttl,
+        )
+    }
+
+    /// The MQTT user name of a device: `{hostname}/{deviceId}/?api-version=2021-04-12`.
+    pub fn device_username(&self, id: &str) -> String {
+        format!(
+            "{}/{id}/?api-version=2021-04-12",
+            self.inner.config.hostname
+        )
+    }
+
+    /// The device's connection string (`HostName=...;DeviceId=...;SharedAccessKey=...`).
+    pub fn connection_string(&self, id: &str) -> Result<String, IotHubError> {
+        let device = self.device(id)?;
+        Ok(format!(
+            "HostName={};DeviceId={id};SharedAccessKey={}",
+            self.inner.config.hostname, device.primary_key
+        ))
+    }
+
+    // ----- cloud-to-device -----
+
+    /// Sends a cloud-to-device message: checked, then Enqueued (and delivered at once if the
+    /// device is connected and subscribed). Refused, with nothing changed, for an unknown
+    /// device, a full queue, a body over the limit, a bad TTL or property name.
+    pub fn send(&self, device_id: &str, message: C2dMessage) -> Result<SendReceipt, IotHubError> {
+        message.check(self.inner.config.max_message_size)?;
+        let now = Now::current();
+        let mut state = self.state();
+        let sequence_number = state.next_sequence;
+        let stored = queue::store(
+            device_id,
+            message,
+            sequence_number,
+            now,
+            self.inner.config.default_ttl,
+        )?;
+        let device = state
+            .devices
+            .get_mut(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let stored = device
+            .queue
+            .enqueue(stored, device_id, self.inner.config.max_queue_depth)?;
+        let receipt = SendReceipt {
+            device_id: device_id.to_owned(),
+            message_id: stored.message.message_id.clone(),
+            sequence_number,
+            enqueued_time_utc: format_time(stored.enqueued_utc),
+            expiry_time_utc: format_time(stored.expiry_utc),
+            queue_depth: device.queue.depth(),
+        };
+        if stored.message.message_id.is_none() {
+            tracing::warn!(device = %device_id, sequence_number,
+                "iothub: message sent without a message id: its feedback cannot be correlated");
+        }
+        state.next_sequence += 1;
+        self.pump(&mut state, device_id, now);
+        drop(state);
+        self.inner.timer.notify_one();
+        Ok(receipt)
+    }
+
+    /// The device's queue: depth, messages and their states, recently finished messages.
+    pub fn queue(&self, device_id: &str) -> Result<QueueInfo, IotHubError> {
+        let state = self.state();
+        let device = state
+            .devices
+            .get(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        Ok(device
+            .queue
+            .info(device_id, self.inner.config.max_queue_depth))
+    }
+
+    /// Purges the device's queue (every message dead-lettered with `Purged` feedback); returns
+    /// how many messages were purged.
+    pub fn purge(&self, device_id: &str) -> Result<usize, IotHubError> {
+        let now = Now::current();
+        let mut state = self.state();
+        let device = state
+            .devices
+            .get_mut(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let outcomes = device.queue.purge(now);
+        let generation = device.device.generation_id.clone();
+        let count = outcomes.len();
+        self.record_outcomes(&mut state, device_id, &generation, outcomes, now);
+        drop(state);
+        self.inner.timer.notify_one();
+        tracing::info!(device = %device_id, count, "iothub: queue purged");
+        Ok(count)
+    }
+
+    fn record_outcomes(
+        &self,
+        state: &mut State,
+        device_id: &str,
+        generation: &str,
+        outcomes: Vec<Outcome>,
+        now: Now,
+    ) {
+        let mut made = false;
+        for o in outcomes {
+            tracing::debug!(device = %device_id, seq = o.stored.sequence_number, status = ?o.status, "iothub: message finished");
+            if o.stored.message.ack.wants(o.status) {
+                let record = FeedbackRecord {
+                    original_message_id: o.stored.message.message_id.clone(),
+                    enqueued_time_utc: format_time(o.at),
+                    status_code: o.status,
+                    description: o.status.description().to_owned(),
+                    device_id: device_id.to_owned(),
+                    device_generation_id: generation.to_owned(),
+                };
+                made |= state.feedback.add(record, now);
+            }
+        }
+        if made {
+            self.inner.feedback_ready.notify_waiters();
+        }
+    }
+
+    /// Locks and sends every Enqueued message of the device if it is connected and subscribed
+    /// (and, with a QoS 0 subscription, completes it at once: there will be no PUBACK).
+    fn pump(&self, state: &mut State, device_id: &str, now: Now) {
+        let Some(device) = state.devices.get_mut(device_id) else {
+            return;
+        };
+        let Some(connection) = &device.connection else {
+            return;
+        };
+        let at_most_once = match device.session {
+            Some(Subscription::AtLeastOnce) => false,
+            Some(Subscription::AtMostOnce) => true,
+            Some(Subscription::None) | None => return,
+        };
+        let connection_id = connection.id;
+        let deliveries = device
+            .queue
+            .deliver(connection_id, now, self.inner.config.lock_timeout);
+        let mut outcomes = Vec::new();
+        for d in deliveries {
+            let _ = connection.tx.send(ToConnection::Deliver {
+                topic: d.stored.topic.clone(),
+                payload: d.stored.payload(),
+                packet_id: d.packet_id,
+                at_most_once,
+            });
+            if at_most_once {
+                outcomes.extend(device.queue.complete(connection_id, d.packet_id, now));
+            }
+        }
+        if !outcomes.is_empty() {
+            let generation = device.device.generation_id.clone();
+            self.record_outcomes(state, device_id, &generation, outcomes, now);
+        }
+    }
+
+    // ----- feedback -----
+
+    /// Receives the next feedback batch, waiting up to `wait` for one; the batch is locked for
+    /// the feedback lock duration: complete it with [`IotHub::complete_feedback`], or it is
+    /// received again later (up to the feedback max delivery count).
+    pub async fn receive_feedback(&self, wait: Duration) -> Option<FeedbackBatch> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.inner.feedback_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let name = self.hub_name().to_owned();
+            if let Some(batch) = self.state().feedback.receive(Now::current(), &name) {
+                self.inner.timer.notify_one();
+                return Some(batch);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Completes a received feedback batch (it is not delivered again).
+    pub fn complete_feedback(&self, lock_token: &str) -> Result<(), IotHubError> {
+        if self.state().feedback.complete(lock_token) {
+            Ok(())
+        } else {
+            Err(IotHubError::FeedbackLockLost(lock_token.to_owned()))
+        }
+    }
+
+    /// Abandons a received feedback batch: it can be received again at once.
+    pub fn abandon_feedback(&self, lock_token: &str) -> Result<(), IotHubError> {
+        if self.state().feedback.abandon(lock_token) {
+            self.inner.feedback_ready.notify_waiters();
+            Ok(())
+        } else {
+            Err(IotHubError::FeedbackLockLost(lock_token.to_owned()))
+        }
+    }
+
+    // ----- telemetry -----
+
+    /// Telemetry the device sent, with sequence numbers above `since` (oldest first; at most
+    /// the configured capacity per device is kept).
+    pub fn telemetry(
+        &self,
+        device_id: &str,
+        since: u64,
+    ) -> Result<Vec<TelemetryMessage>, IotHubError> {
+        let state = self.state();
+        let device = state
+            .devices
+            .get(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        Ok(device
+            .telemetry
+            .iter()
+            .filter(|t| t.sequence_number > since)
+            .cloned()
+            .collect())
+    }
+
+    /// Like [`IotHub::telemetry`], waiting up to `wait` for at least one message.
+    pub async fn wait_telemetry(
+        &self,
+        device_id: &str,
+        since: u64,
+        wait: Duration,
+    ) -> Result<Vec<TelemetryMessage>, IotHubError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.inner.telemetry_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let found = self.telemetry(device_id, since)?;
+            if !found.is_empty() {
+                return Ok(found);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(found);
+            }
+        }
+    }
+
+    // ----- the device endpoint's calls -----
+
+    /// Checks a CONNECT; on success the device's previous connection is closed and this one
+    /// registered. Returns (connection id, session present, token expiry, receiver).
+    pub(crate) fn connect(
+        &self,
+        client_id: &str,
+        username: Option<&str>,
+        password: Option<&str>,
+        clean_session: bool,
+    ) -> Result<Connected, ConnectRefusal> {
+        let now = Now::current();
+        let hostname = &self.inner.config.hostname;
+        let mut state = self.state();
+        let device = state.devices.get_mut(client_id).ok_or_else(|| {
+            ConnectRefusal::NotAuthorized(format!("device {client_id:?} is not registered"))
+        })?;
+        let username =
+            username.ok_or_else(|| ConnectRefusal::NotAuthorized("no user name".into()))?;
+        let expected = format!("{hostname}/{client_id}/");
+        let query = username
+            .strip_prefix(&expected)
+            .and_then(|rest| rest.strip_prefix('?'));
+        match query {
+            Some(q) if q.split('&').any(|p| p.starts_with("api-version=")) => {}
+            _ => {
+                return Err(ConnectRefusal::BadUsername(format!(
+                    "user name {username:?} is not \"{expected}?api-version=...\""
+                )));
+            }
+        }
+        let password = password
+            .ok_or_else(|| ConnectRefusal::NotAuthorized("no password (SAS token)".into()))?;
+        let token = sas::validate(
+            password,
+            &sas::device_resource(hostname, client_id),
+            &[&device.device.primary_key, &device.device.secondary_key],
+            now.utc,
+        )
+        .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?;
+        let id = state.next_connection;
+        state.next_connection += 1;
+        let Some(device) = state.devices.get_mut(client_id) else {
+            return Err(ConnectRefusal::NotAuthorized(format!(
+                "device {client_id:?} is not registered"
+            )));
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let previous = device.connection.replace(Connection {
+            id,
+            tx,
+            clean_session,
+        });
+        let mut outcomes = Vec::new();
+        if let Some(old) = previous {
+            let _ = old.tx.send(ToConnection::Close(
+                "a new connection with the same device id took over".into(),
+            ));
+            outcomes =
+                device
+                    .queue
+                    .release_connection(old.id, now, self.inner.config.max_delivery_count);
+        }
+        let session_present = !clean_session && device.session.is_some();
+        if clean_session || device.session.is_none() {
+            device.session = Some(Subscription::None);
+        }
+        let generation = device.device.generation_id.clone();
+        self.record_outcomes(&mut state, client_id, &generation, outcomes, now);
+        // With a kept subscription, queued messages flow right after the CONNACK.
+        self.pump(&mut state, client_id, now);
+        drop(state);
+        self.inner.timer.notify_one();
+        Ok(Connected {
+            id,
+            session_present,
+            token_expires: token.expires_at(),
+            rx,
+        })
+    }
+
+    /// The device subscribed to its device-bound topic, granted `subscription`.
+    pub(crate) fn subscribed(&self, device_id: &str, connection: u64, subscription: Subscription) {
+        let mut state = self.state();
+        if let Some(d) = state.devices.get_mut(device_id)
+            && d.connection.as_ref().is_some_and(|c| c.id == connection)
+        {
+            d.session = Some(subscription);
+            self.pump(&mut state, device_id, Now::current());
+        }
+        drop(state);
+        self.inner.timer.notify_one();
+    }
+
+    /// The device unsubscribed from its device-bound topic.
+    pub(crate) fn unsubscribed(&self, device_id: &str, connection: u64) {
+        let mut state = self.state();
+        if let Some(d) = state.devices.get_mut(device_id)
+            && d.connection.as_ref().is_some_and(|c| c.id == connection)
+        {
+            d.session = Some(Subscription::None);
+        }
+    }
+
+    /// A PUBACK for a C2D delivery.
+    pub(crate) fn puback(&self, device_id: &str, connection: u64, packet_id: u16) {
+        let now = Now::current();
+        let mut state = self.state();
+        let Some(device) = state.devices.get_mut(device_id) else {
+            return;
+        };
+        match device.queue.complete(connection, packet_id, now) {
+            Some(outcome) => {
+                let generation = device.device.generation_id.clone();
+                self.record_outcomes(&mut state, device_id, &generation, vec![outcome], now);
+            }
+            None => tracing::debug!(device = %device_id, packet_id,
+                "iothub: PUBACK for no locked message (its lock had timed out)"),
+        }
+        drop(state);
+        self.inner.timer.notify_one();
+    }
+
+    /// The connection ended: its locks end, and a clean session is forgotten.
+    pub(crate) fn disconnected(&self, device_id: &str, connection: u64) {
+        let now = Now::current();
+        let mut state = self.state();
+        let Some(device) = state.devices.get_mut(device_id) else {
+            return;
+        };
+        if device
+            .connection
+            .as_ref()
+            .is_none_or(|c| c.id != connection)
+        {
+            return; // Already replaced by a newer connection.
+        }
+        let clean = device.connection.take().is_some_and(|c| c.clean_session);
+        if clean {
+            device.session = None;
+        }
+        let outcomes =
+            device
+                .queue
+                .release_connection(connection, now, self.inner.config.max_delivery_count);
+        let generation = device.device.generation_id.clone();
+        self.record_outcomes(&mut state, device_id, &generation, outcomes, now);
+        drop(state);
+        self.inner.timer.notify_one();
+    }
+
+    /// A device-to-cloud message.
+    pub(crate) fn telemetry_received(&self, device_id: &str, bag: Vec<Property>, payload: Bytes) {
+        let (system, application): (Vec<Property>, Vec<Property>) =
+            bag.into_iter().partition(|(k, _)| k.starts_with("$."));
+        let mut state = self.state();
+        let sequence_number = state.next_sequence;
+        state.next_sequence += 1;
+        let capacity = self.inner.config.telemetry_capacity;
+        let Some(device) = state.devices.get_mut(device_id) else {
+            return;
+        };
+        if device.telemetry.len() >= capacity {
+            device.telemetry.pop_front();
+        }
+        device.telemetry.push_back(TelemetryMessage {
+            sequence_number,
+            device_id: device_id.to_owned(),
+            enqueued_time_utc: format_time(SystemTime::now()),
+            system_properties: system.into_iter().collect(),
+            properties: application.into_iter().collect(),
+            body: std::str::from_utf8(&payload).ok().map(str::to_owned),
+            body_base64: STANDARD.encode(&payload),
+        });
+        drop(state);
+        self.inner.telemetry_ready.notify_waiters();
+    }
+
+    // ----- time -----
+
+    /// Applies every due expiry, lock timeout and feedback batch; returns the next deadline.
+    pub(crate) fn tick(&self) -> Option<Instant> {
+        let now = Now::current();
+        let mut state = self.state();
+        let ids: Vec<String> = state.devices.keys().cloned().collect();
+        for id in &ids {
+            let Some(device) = state.devices.get_mut(id) else {
+                continue;
+            };
+            let outcomes = device.queue.tick(now, self.inner.config.max_delivery_count);
+            let generation = device.device.generation_id.clone();
+            self.record_outcomes(&mut state, id, &generation, outcomes, now);
+            self.pump(&mut state, id, now);
+        }
+        if state.feedback.tick(now) {
+            self.inner.feedback_ready.notify_waiters();
+        }
+        state
+            .devices
+            .values()
+            .filter_map(|d| d.queue.next_deadline())
+            .chain(state.feedback.next_deadline())
+            .min()
+    }
+
+    /// Runs [`IotHub::tick`] at every deadline until `stop` fires.
+    pub(crate) async fn run_timer(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let next = self.tick();
+            // Deadlines move when something happens; wake for that too. A long idle sleep is
+            // capped so a missed notification could never stall the hub for long.
+            let cap = Instant::now() + Duration::from_secs(1);
+            let until = next.map_or(cap, |n| n.min(cap));
+            tokio::select! {
+                () = tokio::time::sleep_until(until.into()) => {}
+                () = self.inner.timer.notified() => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+/// A connection accepted by [`IotHub::connect`].
+#[derive(Debug)]
+pub(crate) struct Connected {
+    pub id: u64,
+    pub session_present: bool,
+    pub token_expires: SystemTime,
+    pub rx: mpsc::UnboundedReceiver<ToConnection>,
+}
+
+/// Why a CONNECT was refused (mapped to CONNACK return codes by the endpoint).
+#[derive(Debug, Clone)]
+pub(crate) enum ConnectRefusal {
+    /// Return code 4.
+    BadUsername(String),
+    /// Return code 5.
+    NotAuthorized(String),
+}

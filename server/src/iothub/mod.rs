@@ -1,0 +1,164 @@
+//! # A local IoT Hub for cloud-to-device messages
+//!
+//! Azure IoT Hub's cloud-to-device (C2D) messaging, on one machine: per-device queues with the
+//! documented lifecycle (Enqueued, Invisible, Completed, Dead lettered), expiry, max delivery
+//! count, feedback batches, and the MQTT 3.1.1 device endpoint real devices and SDKs connect to
+//! (client id = device id, SAS token passwords, `devices/{id}/messages/devicebound/...`).
+//!
+//! - [`IotHubServer`]: starts the device endpoint, the HTTP admin API and the hub's timers;
+//!   [`crate::LocalServer`] starts one next to the state store when
+//!   [`crate::ServerConfig::iothub`] is set.
+//! - [`IotHub`]: the service side in process (devices, send, queue, purge, feedback,
+//!   telemetry). The same operations over HTTP+JSON: [`http`], documented in `docs/iothub.md`.
+//! - [`config`]: every limit, IoT Hub's value as default. [`queue`](self) and feedback
+//!   batching are pure state machines, tested without waiting.
+//! - [`sas`]: SAS tokens; [`properties`]: topic property bags; [`registry`]: devices.
+//! - The device endpoint reads and writes packets with rumqttc's MQTT 3.1.1 codec
+//!   (`rumqttc::mqttbytes::v4`) and terminates each connection itself, so that the PUBACK
+//!   of a delivery completes its message.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use mqstate_server::iothub::{C2dMessage, DeviceSpec, IotHubConfig, IotHubServer};
+//!
+//! let server = IotHubServer::start(IotHubConfig::default()).await?;
+//! let hub = server.hub();
+//! hub.add_device(&DeviceSpec::parse("dev1")?)?;
+//! println!("devices connect to {:?}", hub.endpoints().device_endpoint);
+//! hub.send("dev1", C2dMessage::new("hello").message_id("m1"))?;
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod client;
+pub mod config;
+mod endpoint;
+mod error;
+mod feedback;
+pub mod http;
+mod hub;
+pub mod message;
+pub mod properties;
+mod queue;
+pub mod registry;
+pub mod sas;
+mod tls;
+
+use std::net::SocketAddr;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::{
+    DEFAULT_ADMIN_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME, DeviceTls, IotHubConfig,
+};
+pub use error::IotHubError;
+pub use hub::{DeviceInfo, HubEndpoints, HubInfo, IotHub};
+pub use message::{
+    Ack, C2dMessage, Expiry, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackRecord, FeedbackStatus,
+    MessageInfo, MessageState, QueueInfo, SendReceipt, TelemetryMessage,
+};
+pub use registry::{Device, DeviceSpec};
+
+/// A running hub: its listeners and timer task. Stop it with [`IotHubServer::shutdown`];
+/// dropping it stops it too (without waiting).
+#[derive(Debug)]
+pub struct IotHubServer {
+    hub: IotHub,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl IotHubServer {
+    /// Validates the configuration, registers its devices, binds the device endpoint (and the
+    /// admin API unless `admin_port` is `None`) and starts serving.
+    pub async fn start(config: IotHubConfig) -> Result<IotHubServer, IotHubError> {
+        let hub = IotHub::new(config)?;
+        let config = hub.config().clone();
+        let tls = tls::acceptor(&config.tls, &config.hostname)?;
+        let device_listener = endpoint::bind(SocketAddr::new(config.bind, config.device_port))
+            .await
+            .map_err(IotHubError::Io)?;
+        let device_addr = device_listener
+            .local_addr()
+            .map_err(|e| IotHubError::Io(format!("device endpoint address: {e}")))?;
+        let admin = match config.admin_port {
+            Some(port) => {
+                let addr = SocketAddr::new(config.bind, port);
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    IotHubError::Io(format!("cannot listen for the admin API on {addr}: {e}"))
+                })?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|e| IotHubError::Io(format!("admin API address: {e}")))?;
+                Some((listener, local))
+            }
+            None => None,
+        };
+        let (acceptor, ca_pem) = match tls {
+            Some((a, pem)) => (Some(a), pem),
+            None => (None, None),
+        };
+        hub.set_endpoints(
+            HubEndpoints {
+                device_endpoint: Some(device_addr),
+                tls: acceptor.is_some(),
+                admin_endpoint: admin.as_ref().map(|(_, a)| *a),
+            },
+            ca_pem,
+        );
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = vec![
+            tokio::spawn(hub.clone().run_timer(stop_rx.clone())),
+            tokio::spawn(endpoint::run(
+                hub.clone(),
+                device_listener,
+                acceptor,
+                stop_rx.clone(),
+            )),
+        ];
+        if let Some((listener, addr)) = admin {
+            let router = http::router(hub.clone());
+            let mut stop_http = stop_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop_http.changed().await;
+                };
+                if let Err(e) = axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                {
+                    tracing::error!(%addr, error = %e, "iothub: admin API stopped");
+                }
+            }));
+        }
+        tracing::info!(
+            devices = %device_addr,
+            tls = hub.endpoints().tls,
+            admin = ?hub.endpoints().admin_endpoint,
+            hostname = %config.hostname,
+            "local IoT Hub ready"
+        );
+        Ok(IotHubServer { hub, stop, tasks })
+    }
+
+    /// The service-side API of this hub.
+    pub fn hub(&self) -> IotHub {
+        self.hub.clone()
+    }
+
+    /// Stops the listeners, closes device connections and waits for the tasks.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            // Long-polling HTTP requests end with their wait; do not wait for them here.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        }
+    }
+}
+
+impl Drop for IotHubServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}

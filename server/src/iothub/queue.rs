@@ -1,0 +1,481 @@
+//! One device's cloud-to-device queue and the message lifecycle: Enqueued -> Invisible (locked
+//! by a delivery) -> Completed (PUBACK), or Dead lettered (expired, delivered max-delivery-count
+//! times without a PUBACK, purged). Pure code: the caller passes the time in, so the state
+//! machine is tested without waiting.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+
+use super::error::IotHubError;
+use super::message::{
+    Ack, C2dMessage, FeedbackStatus, MessageInfo, MessageState, QueueInfo, format_time,
+};
+use super::properties::{self, Property};
+
+/// Finished messages a queue remembers for [`QueueInfo::finished`].
+const FINISHED_KEPT: usize = 50;
+
+/// A point in time, on both clocks: `instant` for deadlines, `utc` for what is shown.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Now {
+    pub instant: Instant,
+    pub utc: SystemTime,
+}
+
+impl Now {
+    pub fn current() -> Now {
+        Now {
+            instant: Instant::now(),
+            utc: SystemTime::now(),
+        }
+    }
+}
+
+/// A message accepted into a queue, with what the hub added to it.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub sequence_number: u64,
+    pub message: C2dMessage,
+    pub enqueued_utc: SystemTime,
+    pub expiry_utc: SystemTime,
+    pub expires_at: Instant,
+    /// The topic it is delivered on (computed once: it does not change between deliveries).
+    pub topic: String,
+}
+
+/// Where an Invisible message is locked: which connection, under which packet id, until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lock {
+    pub connection: u64,
+    pub packet_id: u16,
+    pub until: Instant,
+}
+
+#[derive(Debug)]
+struct Entry {
+    stored: Arc<Stored>,
+    lock: Option<Lock>,
+    delivery_count: u32,
+}
+
+/// A message reached a final state.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub stored: Arc<Stored>,
+    pub status: FeedbackStatus,
+    pub at: SystemTime,
+}
+
+/// A delivery to make: publish `stored` with `packet_id`.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    pub stored: Arc<Stored>,
+    pub packet_id: u16,
+}
+
+/// The device-bound topic of a message: every system property set, `iothub-ack` unless none,
+/// then the application properties in order.
+pub(crate) fn devicebound_topic(
+    device_id: &str,
+    stored_message: &C2dMessage,
+    expiry: SystemTime,
+) -> String {
+    let m = stored_message;
+    let mut bag: Vec<Property> = Vec::new();
+    let mut system = |name: &str, value: &Option<String>| {
+        if let Some(v) = value {
+            bag.push((name.to_owned(), Some(v.clone())));
+        }
+    };
+    system("$.mid", &m.message_id);
+    system(
+        "$.to",
+        &Some(format!("/devices/{device_id}/messages/devicebound")),
+    );
+    system("$.exp", &Some(format_time(expiry)));
+    system("$.cid", &m.correlation_id);
+    system("$.uid", &m.user_id);
+    system("$.ct", &m.content_type);
+    system("$.ce", &m.content_encoding);
+    if m.ack != Ack::None {
+        bag.push(("iothub-ack".to_owned(), Some(m.ack.as_str().to_owned())));
+    }
+    bag.extend(m.properties.iter().cloned());
+    format!(
+        "devices/{device_id}/messages/devicebound/{}",
+        properties::encode(&bag)
+    )
+}
+
+/// The queue of one device.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceQueue {
+    entries: VecDeque<Entry>,
+    finished: VecDeque<(Arc<Stored>, u32, FeedbackStatus)>,
+    next_packet_id: u16,
+}
+
+impl DeviceQueue {
+    pub fn depth(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Adds a message, or refuses it when the queue holds `max_depth` messages.
+    pub fn enqueue(
+        &mut self,
+        stored: Stored,
+        device: &str,
+        max_depth: usize,
+    ) -> Result<Arc<Stored>, IotHubError> {
+        if self.entries.len() >= max_depth {
+            return Err(IotHubError::QueueFull {
+                device: device.to_owned(),
+                max: max_depth,
+            });
+        }
+        let stored = Arc::new(stored);
+        self.entries.push_back(Entry {
+            stored: stored.clone(),
+            lock: None,
+            delivery_count: 0,
+        });
+        Ok(stored)
+    }
+
+    fn packet_id_in_use(&self, connection: u64, id: u16) -> bool {
+        self.entries.iter().any(|e| {
+            e.lock
+                .is_some_and(|l| l.connection == connection && l.packet_id == id)
+        })
+    }
+
+    fn allocate_packet_id(&mut self, connection: u64) -> u16 {
+        // At most max_depth ids are in use, so a free one is found quickly.
+        loop {
+            self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
+            if !self.packet_id_in_use(connection, self.next_packet_id) {
+                return self.next_packet_id;
+            }
+        }
+    }
+
+    /// Locks every Enqueued message for delivery on `connection` (oldest first).
+    pub fn deliver(&mut self, connection: u64, now: Now, lock_timeout: Duration) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        for i in 0..self.entries.len() {
+            if self.entries.get(i).is_none_or(|e| e.lock.is_some()) {
+                continue;
+            }
+            let packet_id = self.allocate_packet_id(connection);
+            if let Some(entry) = self.entries.get_mut(i) {
+                entry.lock = Some(Lock {
+                    connection,
+                    packet_id,
+                    until: now.instant + lock_timeout,
+                });
+                entry.delivery_count = entry.delivery_count.saturating_add(1);
+                out.push(Delivery {
+                    stored: entry.stored.clone(),
+                    packet_id,
+                });
+            }
+        }
+        out
+    }
+
+    /// A PUBACK: completes the message locked under this packet id on this connection. A late
+    /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
+    pub fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
+        let index = self.entries.iter().position(|e| {
+            e.lock
+                .is_some_and(|l| l.connection == connection && l.packet_id == packet_id)
+        })?;
+        let entry = self.entries.remove(index)?;
+        Some(self.finish(entry, FeedbackStatus::Success, now))
+    }
+
+    fn finish(&mut self, entry: Entry, status: FeedbackStatus, now: Now) -> Outcome {
+        if self.finished.len() >= FINISHED_KEPT {
+            self.finished.pop_front();
+        }
+        self.finished
+            .push_back((entry.stored.clone(), entry.delivery_count, status));
+        Outcome {
+            stored: entry.stored,
+            status,
+            at: now.utc,
+        }
+    }
+
+    /// Unlocks the message of a lock that ended (timeout or closed connection): dead-lettered if
+    /// it was delivered `max_delivery_count` times, Enqueued again otherwise.
+    fn unlock(
+        &mut self,
+        index: usize,
+        max_delivery_count: u32,
+        now: Now,
+        out: &mut Vec<Outcome>,
+    ) -> bool {
+        let Some(entry) = self.entries.get_mut(index) else {
+            return false;
+        };
+        entry.lock = None;
+        if entry.delivery_count >= max_delivery_count {
+            if let Some(entry) = self.entries.remove(index) {
+                out.push(self.finish(entry, FeedbackStatus::DeliveryCountExceeded, now));
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Expires messages and ends timed-out locks.
+    pub fn tick(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while let Some(entry) = self.entries.get(i) {
+            if entry.stored.expires_at <= now.instant {
+                if let Some(entry) = self.entries.remove(i) {
+                    out.push(self.finish(entry, FeedbackStatus::Expired, now));
+                }
+                continue;
+            }
+            if entry.lock.is_some_and(|l| l.until <= now.instant)
+                && self.unlock(i, max_delivery_count, now, &mut out)
+            {
+                continue;
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// A connection closed: its locks end now (its packet ids mean nothing on another
+    /// connection, so its PUBACKs cannot come any more).
+    pub fn release_connection(
+        &mut self,
+        connection: u64,
+        now: Now,
+        max_delivery_count: u32,
+    ) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while let Some(entry) = self.entries.get(i) {
+            if entry.lock.is_some_and(|l| l.connection == connection)
+                && self.unlock(i, max_delivery_count, now, &mut out)
+            {
+                continue;
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Dead-letters every message as Purged.
+    pub fn purge(&mut self, now: Now) -> Vec<Outcome> {
+        let entries: Vec<Entry> = self.entries.drain(..).collect();
+        entries
+            .into_iter()
+            .map(|e| self.finish(e, FeedbackStatus::Purged, now))
+            .collect()
+    }
+
+    /// The earliest expiry or lock end.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .flat_map(|e| [Some(e.stored.expires_at), e.lock.map(|l| l.until)])
+            .flatten()
+            .min()
+    }
+
+    pub fn info(&self, device: &str, max_depth: usize) -> QueueInfo {
+        let info = |stored: &Stored, state, delivery_count, status_code| MessageInfo {
+            sequence_number: stored.sequence_number,
+            message_id: stored.message.message_id.clone(),
+            correlation_id: stored.message.correlation_id.clone(),
+            state,
+            delivery_count,
+            ack: stored.message.ack,
+            enqueued_time_utc: format_time(stored.enqueued_utc),
+            expiry_time_utc: format_time(stored.expiry_utc),
+            status_code,
+        };
+        QueueInfo {
+            device_id: device.to_owned(),
+            depth: self.entries.len(),
+            max_depth,
+            messages: self
+                .entries
+                .iter()
+                .map(|e| {
+                    let state = if e.lock.is_some() {
+                        MessageState::Invisible
+                    } else {
+                        MessageState::Enqueued
+                    };
+                    info(&e.stored, state, e.delivery_count, None)
+                })
+                .collect(),
+            finished: self
+                .finished
+                .iter()
+                .map(|(s, count, status)| {
+                    let state = if *status == FeedbackStatus::Success {
+                        MessageState::Completed
+                    } else {
+                        MessageState::DeadLettered
+                    };
+                    info(s, state, *count, Some(*status))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Builds the stored form of a message (expiry resolved, topic computed).
+pub(crate) fn store(
+    device_id: &str,
+    message: C2dMessage,
+    sequence_number: u64,
+    now: Now,
+    default_ttl: Duration,
+) -> Result<Stored, IotHubError> {
+    let ttl = match message.expiry {
+        None => default_ttl,
+        Some(super::message::Expiry::Ttl(ttl)) => ttl,
+        Some(super::message::Expiry::At(at)) => at.duration_since(now.utc).map_err(|_| {
+            IotHubError::invalid(format!(
+                "the expiry time {} is in the past",
+                format_time(at)
+            ))
+        })?,
+    };
+    if ttl.is_zero() || ttl > super::config::MAX_TTL {
+        return Err(IotHubError::invalid(format!(
+            "the TTL must be positive and at most 2 days (got {ttl:?})"
+        )));
+    }
+    let expiry_utc = now.utc + ttl;
+    let topic = devicebound_topic(device_id, &message, expiry_utc);
+    Ok(Stored {
+        sequence_number,
+        message,
+        enqueued_utc: now.utc,
+        expiry_utc,
+        expires_at: now.instant + ttl,
+        topic,
+    })
+}
+
+impl Stored {
+    pub fn payload(&self) -> Bytes {
+        self.message.payload.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn at(base: Now, secs: u64) -> Now {
+        Now {
+            instant: base.instant + Duration::from_secs(secs),
+            utc: base.utc + Duration::from_secs(secs),
+        }
+    }
+
+    fn queue_with(n: u64, base: Now) -> DeviceQueue {
+        let mut q = DeviceQueue::default();
+        for i in 0..n {
+            let m = C2dMessage::new("x")
+                .message_id(format!("m{i}"))
+                .ttl(Duration::from_secs(100));
+            q.enqueue(
+                store("d", m, i, base, Duration::from_secs(3600)).unwrap(),
+                "d",
+                3,
+            )
+            .unwrap();
+        }
+        q
+    }
+
+    #[test]
+    fn full_queue_refuses() {
+        let base = Now::current();
+        let mut q = queue_with(3, base);
+        let m = store("d", C2dMessage::new("x"), 9, base, Duration::from_secs(60)).unwrap();
+        assert!(matches!(
+            q.enqueue(m, "d", 3),
+            Err(IotHubError::QueueFull { max: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn lock_timeouts_count_deliveries_then_dead_letter() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        let lock = Duration::from_secs(2);
+        assert_eq!(q.deliver(1, base, lock).len(), 1);
+        assert!(
+            q.deliver(1, base, lock).is_empty(),
+            "locked messages are not redelivered"
+        );
+        assert!(q.tick(at(base, 1), 2).is_empty());
+        assert!(
+            q.tick(at(base, 2), 2).is_empty(),
+            "back to Enqueued after 1 delivery"
+        );
+        let again = q.deliver(1, at(base, 2), lock);
+        assert_eq!(again.len(), 1);
+        let out = q.tick(at(base, 4), 2);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].status, FeedbackStatus::DeliveryCountExceeded);
+        assert_eq!(q.depth(), 0);
+        assert_eq!(q.info("d", 3).finished[0].delivery_count, 2);
+    }
+
+    #[test]
+    fn puback_completes_only_the_current_lock() {
+        let base = Now::current();
+        let mut q = queue_with(2, base);
+        let d = q.deliver(7, base, Duration::from_secs(2));
+        assert!(
+            q.complete(8, d[0].packet_id, base).is_none(),
+            "other connection"
+        );
+        let done = q.complete(7, d[0].packet_id, base).unwrap();
+        assert_eq!(done.status, FeedbackStatus::Success);
+        assert!(q.complete(7, d[0].packet_id, base).is_none(), "twice");
+        assert_eq!(q.depth(), 1);
+        let expired = q.tick(at(base, 100), 10);
+        assert_eq!(expired[0].status, FeedbackStatus::Expired);
+    }
+
+    #[test]
+    fn topic_has_every_property() {
+        let base = Now::current();
+        let m = C2dMessage::new("x")
+            .message_id("id 1")
+            .correlation_id("c")
+            .user_id("u")
+            .content_type("application/json")
+            .content_encoding("utf-8")
+            .property("n", None)
+            .property("e", Some(""))
+            .ack(Ack::Full);
+        let s = store("d1", m, 1, base, Duration::from_secs(60)).unwrap();
+        let exp = properties::encode_component(&format_time(s.expiry_utc));
+        assert_eq!(
+            s.topic,
+            format!(
+                "devices/d1/messages/devicebound/%24.mid=id%201&%24.to=%2Fdevices%2Fd1%2Fmessages%2Fdevicebound&%24.exp={exp}&%24.cid=c&%24.uid=u&%24.ct=application%2Fjson&%24.ce=utf-8&iothub-ack=full&n&e="
+            )
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! TLS for the device endpoint: a certificate and key from PEM files, or a self-signed pair
+//! generated at start (rcgen) for local use.
+
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+use super::config::DeviceTls;
+use super::error::IotHubError;
+
+/// The acceptor and, for a generated certificate, its PEM (what devices must trust).
+pub(crate) fn acceptor(
+    tls: &DeviceTls,
+    hostname: &str,
+) -> Result<Option<(TlsAcceptor, Option<String>)>, IotHubError> {
+    let (certs, key, pem) = match tls {
+        DeviceTls::None => return Ok(None),
+        DeviceTls::Files { cert, key } => {
+            let certs = CertificateDer::pem_file_iter(cert)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| IotHubError::Io(format!("TLS certificate {}: {e}", cert.display())))?;
+            if certs.is_empty() {
+                return Err(IotHubError::Io(format!(
+                    "TLS certificate {}: no certificate in the file",
+                    cert.display()
+                )));
+            }
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| IotHubError::Io(format!("TLS key {}: {e}", key.display())))?;
+            (certs, key, None)
+        }
+        DeviceTls::SelfSigned => {
+            let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            if !names.iter().any(|n| n == hostname) {
+                names.insert(0, hostname.to_owned());
+            }
+            let generated = rcgen::generate_simple_self_signed(names)
+                .map_err(|e| IotHubError::Io(format!("generating a TLS certificate: {e}")))?;
+            let pem = generated.cert.pem();
+            let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
+                .map_err(|e| IotHubError::Io(format!("generated TLS key: {e}")))?;
+            (vec![generated.cert.der().clone()], key, Some(pem))
+        }
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+        .map_err(|e| IotHubError::Io(format!("TLS configuration: {e}")))?;
+    Ok(Some((TlsAcceptor::from(Arc::new(config)), pem)))
+}
