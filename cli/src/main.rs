@@ -121,8 +121,40 @@ fn block_on(command: impl Future<Output = Outcome>) -> Outcome {
         .block_on(command)
 }
 
+/// A command-line error as one line: clap's message and its tips, without the usage block
+/// (`--help` shows that).
+fn usage_line(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let mut line = String::new();
+    for part in text.lines().map(str::trim) {
+        if part.is_empty() || part.starts_with("Usage:") || part.starts_with("For more information")
+        {
+            continue;
+        }
+        let part = part.strip_prefix("error: ").unwrap_or(part);
+        if !line.is_empty() {
+            line.push_str(if part.starts_with("tip:") { "; " } else { " " });
+        }
+        line.push_str(part);
+    }
+    line.push_str(" (see --help)");
+    line
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if e.use_stderr()
+                && e.kind() != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            eprintln!("mqstate: {}", usage_line(&e));
+            return ExitCode::from(Code::Usage.as_u8());
+        }
+        // --help, --version (stdout, exit code 0); no subcommand at all (the help on stderr,
+        // exit code 2).
+        Err(e) => e.exit(),
+    };
     let outcome = match cli.command {
         Command::Serve(args) => {
             // Unchanged behaviour: exit status 1 on any failure.
@@ -264,5 +296,21 @@ mod tests {
             "--cert needs --key"
         );
         assert!(parse(&["completions", "bash"]).is_ok());
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_their_tips() {
+        let e = parse(&["set", "k", "v", "--px", "ten"]).unwrap_err();
+        let line = usage_line(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("invalid value 'ten' for '--px <DURATION>'"),
+            "{line}"
+        );
+        let e = parse(&["get"]).unwrap_err();
+        let line = usage_line(&e);
+        assert!(line.contains("<KEY>") && !line.contains("Usage"), "{line}");
+        let e = parse(&["set", "k", "--bogus"]).unwrap_err();
+        assert!(usage_line(&e).contains("; tip: "), "{}", usage_line(&e));
     }
 }

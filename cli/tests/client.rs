@@ -241,12 +241,16 @@ fn set_get_del_vdel_and_their_exit_codes() {
     store.cmd(&["get", "door"]).assert().code(1);
     store.cmd(&["del", "once"]).assert().code(0);
 
-    // Usage errors: exit code 2.
-    store
+    // Usage errors: exit code 2, one line too.
+    let out = store
         .cmd(&["set", "k", "v", "--px", "ten"])
-        .assert()
-        .code(2);
-    store.cmd(&["set", "k"]).assert().code(2);
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 2);
+    assert!(assert_one_line_error(&out.stderr).contains("--px"));
+    let out = store.cmd(&["set", "k"]).output().unwrap();
+    assert_eq!(exit_code(&out), 2);
+    assert_one_line_error(&out.stderr);
     let out = store
         .cmd(&["set", "k", "v", "--fencing-token", "nope"])
         .output()
