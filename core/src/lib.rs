@@ -35,22 +35,24 @@
 //! assert_eq!(&buf[..], b"*2\r\n$3\r\nGET\r\n$7\r\nSETKEY2\r\n");
 //! ```
 
+// The layers (docs/architecture.md): `protocol` is pure (codec, clock, topics, errors; no
+// I/O), `client` is the networked client on top of it, `lock` is built on the public client
+// API, `blocking` wraps the client for non-async callers.
 pub mod blocking;
-mod client;
-mod connection;
-pub mod error;
-pub mod hlc;
+pub mod client;
 pub mod lock;
-mod observe;
-pub mod options;
-pub mod resp3;
-mod rpc;
-pub mod topics;
-mod transport;
+pub mod protocol;
 
-pub use client::{Client, ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
+// The paths of the flat layout, kept for downstream code.
+pub use client::options;
+pub use protocol::errors as error;
+pub use protocol::{hlc, resp3, topics};
+
+pub use client::{
+    Client, ConnectionState, KeyNotification, KeyObservation, SetOptions, SetOutcome, VdelOutcome,
+    Versioned,
+};
 pub use error::{Error, ErrorKind, ServiceError};
 pub use hlc::{Hlc, HlcClock};
-pub use observe::{KeyNotification, KeyObservation};
 pub use options::{ConnectOptions, ReconnectPolicy, TlsOptions};
 pub use resp3::{NotifyOperation, SetCondition};

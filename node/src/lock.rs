@@ -444,6 +444,9 @@ fn abandoned() -> Error {
     Error::InvalidArgument("the edit function failed: nothing was written".into())
 }
 
+/// Where the core's edit task reports how the edit ended (the value written, or why not).
+type EditDone = oneshot::Receiver<Result<Option<Bytes>, Error>>;
+
 /// A fenced read-modify-write in progress (`NativeLock.editStart`): the core's
 /// `Lock::edit_async` runs in a task, holding the lock and waiting for the value the
 /// JavaScript function computes from `old`; `finish(value)` or `abandon()` completes it.
@@ -452,7 +455,7 @@ fn abandoned() -> Error {
 pub struct NativeEdit {
     old: Option<Bytes>,
     reply: Mutex<Option<oneshot::Sender<Option<Bytes>>>>,
-    done: Arc<tokio::sync::Mutex<Option<oneshot::Receiver<Result<Option<Bytes>, Error>>>>>,
+    done: Arc<tokio::sync::Mutex<Option<EditDone>>>,
 }
 
 impl NativeEdit {

@@ -25,12 +25,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::ConnectionState;
-use crate::error::Error;
-use crate::observe::Command;
-use crate::options::ConnectOptions;
-use crate::rpc::Shared;
-use crate::transport::{EventSource, TransportEvent};
+use crate::client::observe::Command;
+use crate::client::options::ConnectOptions;
+use crate::client::rpc::Shared;
+use crate::client::transport::{EventSource, TransportEvent};
+use crate::client::values::ConnectionState;
+use crate::protocol::errors::Error;
 
 /// How long a graceful close waits for the DISCONNECT to leave.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -227,7 +227,7 @@ impl<E: EventSource> Session<E> {
         self.finish();
     }
 
-    fn route(&self, message: crate::transport::IncomingMessage) {
+    fn route(&self, message: crate::client::transport::IncomingMessage) {
         if message.topic == self.shared.response_topic.as_bytes() {
             self.shared.route_response(message);
         } else if message
@@ -256,8 +256,8 @@ impl<E: EventSource> Session<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::ReconnectPolicy;
-    use crate::transport::{IncomingMessage, OutgoingRequest, PollError, Publisher};
+    use crate::client::options::ReconnectPolicy;
+    use crate::client::transport::{IncomingMessage, OutgoingRequest, PollError, Publisher};
     use bytes::Bytes;
     use std::collections::VecDeque;
     use std::future::Future;

@@ -26,13 +26,14 @@ use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::mpsc;
 
-use crate::client::{Client, ConnectionState};
-use crate::error::Error;
-use crate::hlc::Hlc;
-use crate::resp3::{self, NotifyOperation};
-use crate::rpc::Shared;
-use crate::topics;
-use crate::transport::IncomingMessage;
+use crate::client::Client;
+use crate::client::rpc::Shared;
+use crate::client::transport::IncomingMessage;
+use crate::client::values::ConnectionState;
+use crate::protocol::errors::Error;
+use crate::protocol::hlc::Hlc;
+use crate::protocol::resp3::{self, NotifyOperation};
+use crate::protocol::topics;
 
 /// A change of an observed key.
 ///
@@ -257,7 +258,7 @@ impl Registry {
 /// Observes `key` for `client`: adds a stream, registering the key with the server if it is
 /// the first.
 pub(crate) async fn observe(client: &Client, key: Bytes) -> Result<KeyObservation, Error> {
-    crate::rpc::check_key(&key)?;
+    crate::client::rpc::check_key(&key)?;
     let shared = client.shared();
     let registry = &shared.registry;
     let _ops = registry.ops.lock().await;
@@ -357,7 +358,7 @@ impl Drop for NewStreamGuard<'_> {
 
 /// Ends every stream of `key` and unregisters it.
 pub(crate) async fn unobserve(client: &Client, key: &[u8]) -> Result<(), Error> {
-    crate::rpc::check_key(key)?;
+    crate::client::rpc::check_key(key)?;
     let shared = client.shared();
     let _ops = shared.registry.ops.lock().await;
     let removed = shared.registry.keys().remove(key);

@@ -29,11 +29,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::runtime::{Handle, Runtime};
 
-use crate::client::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
-use crate::error::Error;
-use crate::hlc::Hlc;
-use crate::observe::{KeyNotification, KeyObservation as AsyncObservation};
-use crate::options::ConnectOptions;
+use crate::client::observe::{KeyNotification, KeyObservation as AsyncObservation};
+use crate::client::options::ConnectOptions;
+use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
+use crate::protocol::errors::Error;
+use crate::protocol::hlc::Hlc;
 
 /// Worker threads of the owned runtime: the connection task and the callers' requests are
 /// light; two workers keep one free while the other decodes.

@@ -20,7 +20,7 @@
 
 use std::fmt::Write as _;
 
-use crate::resp3::escape_excerpt;
+use crate::protocol::resp3::escape_excerpt;
 
 /// The topic the state store subscribes to and every request is published on.
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";

@@ -15,13 +15,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, watch};
 
-use crate::client::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
-use crate::error::Error;
-use crate::hlc::{Hlc, HlcClock};
-use crate::observe::Registry;
-use crate::resp3::{self, KeyNotifyReply, SetReply};
-use crate::topics;
-use crate::transport::{IncomingMessage, OutgoingRequest, Publisher, expiry_secs};
+use crate::client::observe::Registry;
+use crate::client::transport::{IncomingMessage, OutgoingRequest, Publisher, expiry_secs};
+use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
+use crate::protocol::errors::Error;
+use crate::protocol::hlc::{Hlc, HlcClock};
+use crate::protocol::resp3::{self, KeyNotifyReply, SetReply};
+use crate::protocol::topics;
 
 /// The protocol version every request and response carries in `__protVer`.
 pub(crate) const PROTOCOL_VERSION: &str = "1.0";

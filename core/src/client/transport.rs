@@ -26,8 +26,8 @@ use rumqttc::v5::mqttbytes::v5::{
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions, Request};
 use rumqttc::{NetworkOptions, Outgoing, TlsConfiguration, Transport};
 
-use crate::error::Error;
-use crate::options::{ConnectOptions, SAT_AUTH_METHOD};
+use crate::client::options::{ConnectOptions, SAT_AUTH_METHOD};
+use crate::protocol::errors::Error;
 
 /// A request to publish (QoS 1, on the request topic).
 #[derive(Debug)]
@@ -355,9 +355,9 @@ mod tests {
     fn packet_size_bound_is_an_upper_bound() {
         use rumqttc::v5::mqttbytes::v5::Publish;
         let request = OutgoingRequest {
-            topic: crate::topics::REQUEST_TOPIC,
+            topic: crate::protocol::topics::REQUEST_TOPIC,
             payload: Bytes::from(vec![7u8; 70_000]),
-            response_topic: crate::topics::response_topic("client"),
+            response_topic: crate::protocol::topics::response_topic("client"),
             correlation: Bytes::from_static(&[1; 16]),
             message_expiry_secs: 10,
             user_properties: vec![

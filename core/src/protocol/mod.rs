@@ -1,0 +1,15 @@
+//! The state store protocol as pure code, with no I/O: the RESP3 codec ([`resp3`]), hybrid
+//! logical clocks ([`hlc`]), topics ([`topics`]) and the error vocabulary ([`errors`]). The
+//! local server (`mqstate-server`) and the client share it.
+//!
+//! ```
+//! use mqstate::protocol::hlc::Hlc;
+//!
+//! let version: Hlc = "1696374425000:0:StateStore".parse().unwrap();
+//! assert_eq!(version.node_id, "StateStore");
+//! ```
+
+pub mod errors;
+pub mod hlc;
+pub mod resp3;
+pub mod topics;
