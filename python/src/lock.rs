@@ -914,202 +914,168 @@ fn election_repr(kind: &str, election: &core::LeaderElection) -> String {
     )
 }
 
-/// Leader election (blocking): the leader holds the election's lease and renews it
-/// automatically; the others wait for it.
-#[pyclass(module = "mqstate", name = "LeaderElection", frozen)]
-#[derive(Debug)]
-pub(crate) struct LeaderElection {
-    inner: core::LeaderElection,
-}
-
-#[pymethods]
-impl LeaderElection {
-    #[new]
-    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
-    fn new(
-        py: Python<'_>,
-        client: &Bound<'_, Client>,
-        election: &Bound<'_, PyAny>,
-        candidate: &Bound<'_, PyAny>,
-        renew_fraction: f64,
-    ) -> PyResult<Self> {
-        Ok(LeaderElection {
-            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
-        })
-    }
-
-    /// True while this candidate believes it leads.
-    #[getter]
-    fn is_leader(&self) -> bool {
-        self.inner.is_leader()
-    }
-
-    /// This candidate's fencing token while it leads, else `None`.
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.lease().current_token().map(Hlc)
-    }
-
-    /// Campaigns until elected (the token) or `timeout` passes (`mqstate.TimeoutError`);
-    /// the term is then renewed automatically until `resign()` or a loss.
-    fn campaign(
-        &self,
-        py: Python<'_>,
-        term: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<Hlc> {
-        let term = positive_duration_arg(term, "term")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        wait(py, self.inner.campaign(term, timeout))?
-            .or_raise(py)
-            .map(Hlc)
-    }
-
-    /// Tries once: the token if elected, else `None`.
-    fn try_campaign(&self, py: Python<'_>, term: &Bound<'_, PyAny>) -> PyResult<Option<Hlc>> {
-        let term = positive_duration_arg(term, "term")?;
-        let token = wait(py, self.inner.try_campaign(term))?.or_raise(py)?;
-        Ok(token.map(Hlc))
-    }
-
-    /// Steps down (stops renewing, releases the election key); true if this candidate led.
-    fn resign(&self, py: Python<'_>) -> PyResult<bool> {
-        wait(py, self.inner.resign())?.or_raise(py)
-    }
-
-    /// The current leader, `None` if there is none.
-    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let leader = wait(py, self.inner.leader())?.or_raise(py)?;
-        Ok(leader.map(|l| PyBytes::new(py, &l)))
-    }
-
-    /// The leadership changes from now on: this candidate's own and other leaders.
-    fn events(&self, py: Python<'_>) -> PyResult<LeadershipEvents> {
-        let events = wait(py, self.inner.events())?.or_raise(py)?;
-        Ok(LeadershipEvents::new(events))
-    }
-
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    /// Resigns if leading.
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.inner.lease().stop_renewal();
-        if self.inner.is_leader() {
-            self.resign(py)?;
+/// An election class: `LeaderElection` (blocking, over `Client`) or `AsyncLeaderElection`
+/// (asyncio, over `AsyncClient`), the same methods; `$extra` adds what differs (`events()`
+/// and the context-manager methods).
+macro_rules! election_class {
+    ($name:ident, $py_name:literal, $client:ty, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            inner: core::LeaderElection,
         }
-        Ok(false)
-    }
 
-    fn __repr__(&self) -> String {
-        election_repr("LeaderElection", &self.inner)
-    }
-}
-
-/// Leader election (asyncio): the methods of `LeaderElection`, as awaitables.
-#[pyclass(module = "mqstate", name = "AsyncLeaderElection", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLeaderElection {
-    inner: core::LeaderElection,
-}
-
-#[pymethods]
-impl AsyncLeaderElection {
-    #[new]
-    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
-    fn new(
-        py: Python<'_>,
-        client: &Bound<'_, AsyncClient>,
-        election: &Bound<'_, PyAny>,
-        candidate: &Bound<'_, PyAny>,
-        renew_fraction: f64,
-    ) -> PyResult<Self> {
-        Ok(AsyncLeaderElection {
-            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
-        })
-    }
-
-    #[getter]
-    fn is_leader(&self) -> bool {
-        self.inner.is_leader()
-    }
-
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.lease().current_token().map(Hlc)
-    }
-
-    fn campaign<'py>(
-        &self,
-        py: Python<'py>,
-        term: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let term = positive_duration_arg(term, "term")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.campaign(term, timeout).await.map(Hlc)
-        })
-    }
-
-    fn try_campaign<'py>(
-        &self,
-        py: Python<'py>,
-        term: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let term = positive_duration_arg(term, "term")?;
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.try_campaign(term).await.map(|t| t.map(Hlc))
-        })
-    }
-
-    fn resign<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.inner.clone();
-        aio::spawn(py, async move { election.resign().await })
-    }
-
-    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.leader().await.map(|l| l.map(BytesOut))
-        })
-    }
-
-    /// `events = await election.events()` or `async with election.events() as events:`.
-    fn events(&self, py: Python<'_>) -> PyResult<Pending> {
-        let election = self.inner.clone();
-        let future = aio::spawn(py, async move {
-            election.events().await.map(LeadershipEvents::new)
-        })?;
-        Ok(Pending::new(future))
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        aio::ready(slf.py(), slf.clone())
-    }
-
-    /// Resigns if leading.
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_info: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.lease().stop_renewal();
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            if election.is_leader() {
-                election.resign().await?;
+        impl $name {
+            /// Resigns if leading (the end of a `with` / `async with` block).
+            fn resign_if_leading<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.inner.lease().stop_renewal();
+                let election = self.inner.clone();
+                <$mode>::run(py, async move {
+                    if election.is_leader() {
+                        election.resign().await?;
+                    }
+                    Ok(false)
+                })
             }
-            Ok(false)
-        })
-    }
+        }
 
-    fn __repr__(&self) -> String {
-        election_repr("AsyncLeaderElection", &self.inner)
-    }
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
+            fn new(
+                py: Python<'_>,
+                client: &Bound<'_, $client>,
+                election: &Bound<'_, PyAny>,
+                candidate: &Bound<'_, PyAny>,
+                renew_fraction: f64,
+            ) -> PyResult<Self> {
+                Ok($name {
+                    inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
+                })
+            }
+
+            /// True while this candidate believes it leads.
+            #[getter]
+            fn is_leader(&self) -> bool {
+                self.inner.is_leader()
+            }
+
+            /// This candidate's fencing token while it leads, else `None`.
+            #[getter]
+            fn token(&self) -> Option<Hlc> {
+                self.inner.lease().current_token().map(Hlc)
+            }
+
+            /// Campaigns until elected (the token) or `timeout` passes
+            /// (`mqstate.TimeoutError`); the term is then renewed automatically until
+            /// `resign()` or a loss.
+            fn campaign<'py>(
+                &self,
+                py: Python<'py>,
+                term: &Bound<'py, PyAny>,
+                timeout: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let term = positive_duration_arg(term, "term")?;
+                let timeout = positive_duration_arg(timeout, "timeout")?;
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.campaign(term, timeout).await.map(Hlc) })
+            }
+
+            /// Tries once: the token if elected, else `None`.
+            fn try_campaign<'py>(
+                &self,
+                py: Python<'py>,
+                term: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let term = positive_duration_arg(term, "term")?;
+                let election = self.inner.clone();
+                <$mode>::run(py, async move {
+                    election.try_campaign(term).await.map(|t| t.map(Hlc))
+                })
+            }
+
+            /// Steps down (stops renewing, releases the election key); true if this
+            /// candidate led.
+            fn resign<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.resign().await })
+            }
+
+            /// The current leader, `None` if there is none.
+            fn leader<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.leader().await.map(|l| l.map(BytesOut)) })
+            }
+
+            fn __repr__(&self) -> String {
+                election_repr($py_name, &self.inner)
+            }
+
+            $($extra)*
+        }
+    };
 }
+
+election_class!(
+    LeaderElection,
+    "LeaderElection",
+    Client,
+    Blocking,
+    "Leader election (blocking): the leader holds the election's lease and renews it \
+     automatically; the others wait for it.",
+    {
+        /// The leadership changes from now on: this candidate's own and other leaders.
+        fn events(&self, py: Python<'_>) -> PyResult<LeadershipEvents> {
+            let events = wait(py, self.inner.events())?.or_raise(py)?;
+            Ok(LeadershipEvents::new(events))
+        }
+
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
+
+        /// Resigns if leading.
+        #[pyo3(signature = (*_exc_info))]
+        fn __exit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.resign_if_leading(py)
+        }
+    }
+);
+
+election_class!(
+    AsyncLeaderElection,
+    "AsyncLeaderElection",
+    AsyncClient,
+    Asyncio,
+    "Leader election (asyncio): the methods of `LeaderElection`, as awaitables.",
+    {
+        /// `events = await election.events()` or `async with election.events() as events:`.
+        fn events(&self, py: Python<'_>) -> PyResult<Pending> {
+            let election = self.inner.clone();
+            let future = aio::spawn(py, async move {
+                election.events().await.map(LeadershipEvents::new)
+            })?;
+            Ok(Pending::new(future))
+        }
+
+        fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            aio::ready(slf.py(), slf.clone())
+        }
+
+        /// Resigns if leading.
+        #[pyo3(signature = (*_exc_info))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.resign_if_leading(py)
+        }
+    }
+);
