@@ -307,6 +307,12 @@ trait Mode {
     where
         F: std::future::Future<Output = Result<T, mqstate::Error>> + Send + 'static,
         T: for<'a> IntoPyObject<'a> + Send + 'static;
+
+    /// [`Mode::run`] for a future whose error is already a Python exception.
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static;
 }
 
 /// The blocking classes (`Lease`, ...).
@@ -321,6 +327,14 @@ impl Mode for Blocking {
     {
         wait(py, future)?.or_raise(py)?.into_bound_py_any(py)
     }
+
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        wait(py, future)??.into_bound_py_any(py)
+    }
 }
 
 /// The asyncio classes (`AsyncLease`, ...).
@@ -334,6 +348,14 @@ impl Mode for Asyncio {
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
         aio::spawn(py, future)
+    }
+
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        aio::spawn_fallible(py, future)
     }
 }
 
@@ -723,164 +745,138 @@ async fn edit_with(
     .await
 }
 
-/// A lock (blocking): a lease used as a mutex between holders (give each concurrent user its
-/// own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.
-#[pyclass(module = "mqstate", name = "Lock", frozen)]
-#[derive(Debug)]
-pub(crate) struct Lock {
-    inner: core::Lock,
+/// A lock class: `Lock` (blocking, over `Client`) or `AsyncLock` (asyncio, over
+/// `AsyncClient`), the same methods; `$extra` adds `acquire()`, whose guards differ.
+macro_rules! lock_class {
+    ($name:ident, $py_name:literal, $client:ty, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            inner: core::Lock,
+        }
+
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (client, name, holder, *, session_id = None))]
+            fn new(
+                client: &Bound<'_, $client>,
+                name: &Bound<'_, PyAny>,
+                holder: &Bound<'_, PyAny>,
+                session_id: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Self> {
+                Ok($name {
+                    inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
+                })
+            }
+
+            #[getter]
+            fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                PyBytes::new(py, self.inner.lease().name())
+            }
+
+            /// Who holds the lock now (`None` if nobody).
+            fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let lock = self.inner.clone();
+                <$mode>::run(py, async move {
+                    lock.lease().holder().await.map(|h| h.map(BytesOut))
+                })
+            }
+
+            /// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes
+            /// the lock (`ttl`, waiting up to `timeout`), reads `key`, calls `f(old)` (bytes,
+            /// or None when the key does not exist), then writes what `f` returned (None
+            /// deletes the key) with the lock's fencing token, and unlocks in every case.
+            /// Returns the new value. An exception raised by `f` abandons the edit (nothing
+            /// is written) and propagates; `mqstate.TimeoutError` if the lock was not had in
+            /// time.
+            fn edit<'py>(
+                &self,
+                py: Python<'py>,
+                key: &Bound<'py, PyAny>,
+                ttl: &Bound<'py, PyAny>,
+                timeout: &Bound<'py, PyAny>,
+                f: Py<PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let key = bytes_arg(key, "key")?.to_vec();
+                let ttl = positive_duration_arg(ttl, "ttl")?;
+                let timeout = positive_duration_arg(timeout, "timeout")?;
+                let lock = self.inner.clone();
+                <$mode>::run_py(py, async move {
+                    edit_with(lock, key, ttl, timeout, f)
+                        .await
+                        .map(|v| v.map(BytesOut))
+                        .map_err(|e| Python::attach(|py| e.into_py(py)))
+                })
+            }
+
+            fn __repr__(&self) -> String {
+                lease_repr($py_name, self.inner.lease())
+            }
+
+            $($extra)*
+        }
+    };
 }
 
-#[pymethods]
-impl Lock {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, Client>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(Lock {
-            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
-    }
-
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.lease().name())
-    }
-
-    /// Takes the lock for `ttl`, waiting up to `timeout` for it. Raises
-    /// `mqstate.TimeoutError` (a built-in `TimeoutError`) if it could not be had in time.
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        ttl: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<LockGuard> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
-        Ok(LockGuard {
-            token: guard.token().clone(),
-            guard: GuardSlot(Mutex::new(Some(guard))),
-        })
-    }
-
-    /// Who holds the lock now (`None` if nobody).
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let holder = wait(py, self.inner.lease().holder())?.or_raise(py)?;
-        Ok(holder.map(|h| PyBytes::new(py, &h)))
-    }
-
-    /// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes the lock
-    /// (`ttl`, waiting up to `timeout`), reads `key`, calls `f(old)` (bytes, or None when
-    /// the key does not exist), then writes what `f` returned (None deletes the key) with
-    /// the lock's fencing token, and unlocks in every case. Returns the new value. An
-    /// exception raised by `f` abandons the edit (nothing is written) and propagates.
-    fn edit<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        ttl: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-        f: Py<PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let key = bytes_arg(key, "key")?.to_vec();
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let new = wait(py, edit_with(self.inner.clone(), key, ttl, timeout, f))?
-            .map_err(|e| e.into_py(py))?;
-        Ok(new.map(|v| PyBytes::new(py, &v)))
-    }
-
-    fn __repr__(&self) -> String {
-        lease_repr("Lock", self.inner.lease())
-    }
-}
-
-/// A lock (asyncio): `async with lock.acquire(ttl, timeout) as guard:`.
-#[pyclass(module = "mqstate", name = "AsyncLock", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLock {
-    inner: core::Lock,
-}
-
-#[pymethods]
-impl AsyncLock {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, AsyncClient>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(AsyncLock {
-            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
-    }
-
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.lease().name())
-    }
-
-    /// `guard = await lock.acquire(ttl, timeout)` or
-    /// `async with lock.acquire(ttl, timeout) as guard:`.
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        ttl: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<Pending> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let lock = self.inner.clone();
-        let future = aio::spawn(py, async move {
-            let guard = lock.lock(ttl, timeout).await?;
-            Ok(AsyncLockGuard {
+lock_class!(
+    Lock,
+    "Lock",
+    Client,
+    Blocking,
+    "A lock (blocking): a lease used as a mutex between holders (give each concurrent user \
+     its own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.",
+    {
+        /// Takes the lock for `ttl`, waiting up to `timeout` for it. Raises
+        /// `mqstate.TimeoutError` (a built-in `TimeoutError`) if it could not be had in time.
+        fn acquire(
+            &self,
+            py: Python<'_>,
+            ttl: &Bound<'_, PyAny>,
+            timeout: &Bound<'_, PyAny>,
+        ) -> PyResult<LockGuard> {
+            let ttl = positive_duration_arg(ttl, "ttl")?;
+            let timeout = positive_duration_arg(timeout, "timeout")?;
+            let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
+            Ok(LockGuard {
                 token: guard.token().clone(),
-                guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
+                guard: GuardSlot(Mutex::new(Some(guard))),
             })
-        })?;
-        Ok(Pending::new(future))
+        }
     }
+);
 
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lock = self.inner.clone();
-        aio::spawn(py, async move {
-            lock.lease().holder().await.map(|h| h.map(BytesOut))
-        })
+lock_class!(
+    AsyncLock,
+    "AsyncLock",
+    AsyncClient,
+    Asyncio,
+    "A lock (asyncio): `async with lock.acquire(ttl, timeout) as guard:`.",
+    {
+        /// `guard = await lock.acquire(ttl, timeout)` or
+        /// `async with lock.acquire(ttl, timeout) as guard:`; `mqstate.TimeoutError` if the
+        /// lock could not be had in time.
+        fn acquire(
+            &self,
+            py: Python<'_>,
+            ttl: &Bound<'_, PyAny>,
+            timeout: &Bound<'_, PyAny>,
+        ) -> PyResult<Pending> {
+            let ttl = positive_duration_arg(ttl, "ttl")?;
+            let timeout = positive_duration_arg(timeout, "timeout")?;
+            let lock = self.inner.clone();
+            let future = aio::spawn(py, async move {
+                let guard = lock.lock(ttl, timeout).await?;
+                Ok(AsyncLockGuard {
+                    token: guard.token().clone(),
+                    guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
+                })
+            })?;
+            Ok(Pending::new(future))
+        }
     }
-
-    /// `await lock.edit(key, ttl, timeout, f)`: [`Lock.edit`] for asyncio; `f(old)` is a
-    /// plain function (it runs on the library's thread while the lock is held).
-    fn edit<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        ttl: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-        f: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let key = bytes_arg(key, "key")?.to_vec();
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let lock = self.inner.clone();
-        aio::spawn_fallible(py, async move {
-            edit_with(lock, key, ttl, timeout, f)
-                .await
-                .map(|v| v.map(BytesOut))
-                .map_err(|e| Python::attach(|py| e.into_py(py)))
-        })
-    }
-
-    fn __repr__(&self) -> String {
-        lease_repr("AsyncLock", self.inner.lease())
-    }
-}
+);
 
 // ----------------------------------------------------------------------------------------
 // Leader election
