@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -298,260 +299,246 @@ event_stream!(
 // ----------------------------------------------------------------------------------------
 // Leases
 
-/// A lease on a key (blocking): at most one holder at a time, for a time-to-live that the
-/// holder renews. The token of each acquire or renewal fences writes (`fencing_token=`).
-#[pyclass(module = "mqstate", name = "Lease", frozen)]
-#[derive(Debug)]
-pub(crate) struct Lease {
-    inner: core::Lease,
+/// How a class of this module runs a core call: blocking (`wait`: on the library's runtime,
+/// with the GIL released, the result converted) or asyncio (an `asyncio.Future` of the running
+/// loop). The blocking and asyncio twins are generated once, by [`lease_class!`], over this.
+trait Mode {
+    fn run<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = Result<T, mqstate::Error>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static;
+
+    /// [`Mode::run`] for a future whose error is already a Python exception.
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static;
 }
 
-#[pymethods]
-impl Lease {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, Client>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(Lease {
-            inner: new_lease(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
+/// The blocking classes (`Lease`, ...).
+#[derive(Debug)]
+struct Blocking;
+
+impl Mode for Blocking {
+    fn run<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = Result<T, mqstate::Error>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        wait(py, future)?.or_raise(py)?.into_bound_py_any(py)
     }
 
-    /// The lease's key.
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.name())
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        wait(py, future)??.into_bound_py_any(py)
+    }
+}
+
+/// The asyncio classes (`AsyncLease`, ...).
+#[derive(Debug)]
+struct Asyncio;
+
+impl Mode for Asyncio {
+    fn run<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = Result<T, mqstate::Error>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        aio::spawn(py, future)
     }
 
-    /// The value this lease writes when it holds the key (`holder`, or
-    /// `holder:session_id`).
-    #[getter]
-    fn holder_value<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.holder_value())
+    fn run_py<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        aio::spawn_fallible(py, future)
     }
+}
 
-    /// The fencing token of the last acquire or renewal while the lease is believed
-    /// held, else `None`.
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.current_token().map(Hlc)
-    }
-
-    /// Renews the lease in the background every `fraction` × ttl; stops (with a
-    /// `"lost"` event) at the first failure or when someone else takes the key.
-    #[pyo3(signature = (fraction = 0.5))]
-    fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
-        // The renewal task is spawned on the library's runtime.
-        let _context = runtime().enter();
-        self.inner.auto_renew(fraction).or_raise(py)
-    }
-
-    /// Stops the automatic renewal (the lease stays held until its ttl passes).
-    fn stop_renewal(&self) {
-        self.inner.stop_renewal();
-    }
-
-    /// The lease's events from now on (acquired, renewed, lost, released).
-    fn events(&self) -> LeaseEvents {
-        LeaseEvents::new(self.inner.events())
-    }
-
-    /// Tries once: the fencing token if the lease is held now (newly, or renewed), `None`
-    /// if someone else holds it.
-    fn acquire(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<Option<Hlc>> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let token = wait(py, self.inner.acquire(ttl))?.or_raise(py)?;
-        Ok(token.map(Hlc))
-    }
-
-    /// Acquires the lease, waiting up to `timeout` for the holder to release it or for its
-    /// lease to expire (woken by a notification, not by polling); raises
-    /// `mqstate.TimeoutError` if it could not be had in time.
-    fn acquire_wait(
-        &self,
-        py: Python<'_>,
-        ttl: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<Hlc> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        wait(py, self.inner.acquire_wait(ttl, timeout))?
-            .or_raise(py)
-            .map(Hlc)
-    }
-
-    /// Renews with the ttl of the last acquire: the new token, or `None` if the lease was
-    /// lost to someone else.
-    fn renew(&self, py: Python<'_>) -> PyResult<Option<Hlc>> {
-        let token = wait(py, self.inner.renew())?.or_raise(py)?;
-        Ok(token.map(Hlc))
-    }
-
-    /// Gives the lease up (stops the renewal); true if this holder held it.
-    fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        wait(py, self.inner.release())?.or_raise(py)
-    }
-
-    /// Who holds the lease now (`None` if nobody).
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let holder = wait(py, self.inner.holder())?.or_raise(py)?;
-        Ok(holder.map(|h| PyBytes::new(py, &h)))
-    }
-
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    /// Releases the lease if it is held.
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.inner.stop_renewal();
-        if self.inner.current_token().is_some() {
-            self.release(py)?;
+/// A lease class: `Lease` (blocking, over `Client`) or `AsyncLease` (asyncio, over
+/// `AsyncClient`), the same methods; `$extra` adds the context-manager methods of each.
+macro_rules! lease_class {
+    ($name:ident, $py_name:literal, $client:ty, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            inner: core::Lease,
         }
-        Ok(false)
-    }
 
-    fn __repr__(&self) -> String {
-        lease_repr("Lease", &self.inner)
-    }
-}
-
-/// A lease on a key (asyncio): the methods of `Lease`, as awaitables.
-#[pyclass(module = "mqstate", name = "AsyncLease", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLease {
-    inner: core::Lease,
-}
-
-#[pymethods]
-impl AsyncLease {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, AsyncClient>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(AsyncLease {
-            inner: new_lease(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
-    }
-
-    /// The lease's key.
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.name())
-    }
-
-    /// The value this lease writes when it holds the key (`holder`, or
-    /// `holder:session_id`).
-    #[getter]
-    fn holder_value<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.holder_value())
-    }
-
-    /// The fencing token of the last acquire or renewal while the lease is believed
-    /// held, else `None`.
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.current_token().map(Hlc)
-    }
-
-    /// Renews the lease in the background every `fraction` × ttl; stops (with a
-    /// `"lost"` event) at the first failure or when someone else takes the key.
-    #[pyo3(signature = (fraction = 0.5))]
-    fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
-        // The renewal task is spawned on the library's runtime.
-        let _context = runtime().enter();
-        self.inner.auto_renew(fraction).or_raise(py)
-    }
-
-    /// Stops the automatic renewal (the lease stays held until its ttl passes).
-    fn stop_renewal(&self) {
-        self.inner.stop_renewal();
-    }
-
-    /// The lease's events from now on (acquired, renewed, lost, released).
-    fn events(&self) -> LeaseEvents {
-        LeaseEvents::new(self.inner.events())
-    }
-
-    fn acquire<'py>(
-        &self,
-        py: Python<'py>,
-        ttl: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let lease = self.inner.clone();
-        aio::spawn(
-            py,
-            async move { lease.acquire(ttl).await.map(|t| t.map(Hlc)) },
-        )
-    }
-
-    fn acquire_wait<'py>(
-        &self,
-        py: Python<'py>,
-        ttl: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let lease = self.inner.clone();
-        aio::spawn(py, async move {
-            lease.acquire_wait(ttl, timeout).await.map(Hlc)
-        })
-    }
-
-    fn renew<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lease = self.inner.clone();
-        aio::spawn(py, async move { lease.renew().await.map(|t| t.map(Hlc)) })
-    }
-
-    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lease = self.inner.clone();
-        aio::spawn(py, async move { lease.release().await })
-    }
-
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lease = self.inner.clone();
-        aio::spawn(
-            py,
-            async move { lease.holder().await.map(|h| h.map(BytesOut)) },
-        )
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        aio::ready(slf.py(), slf.clone())
-    }
-
-    /// Releases the lease if it is held.
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_info: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.stop_renewal();
-        let lease = self.inner.clone();
-        aio::spawn(py, async move {
-            if lease.current_token().is_some() {
-                lease.release().await?;
+        impl $name {
+            /// Releases the lease if it is held (the end of a `with` / `async with` block).
+            fn release_if_held<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.inner.stop_renewal();
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move {
+                    if lease.current_token().is_some() {
+                        lease.release().await?;
+                    }
+                    Ok(false)
+                })
             }
-            Ok(false)
-        })
-    }
+        }
 
-    fn __repr__(&self) -> String {
-        lease_repr("AsyncLease", &self.inner)
-    }
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (client, name, holder, *, session_id = None))]
+            fn new(
+                client: &Bound<'_, $client>,
+                name: &Bound<'_, PyAny>,
+                holder: &Bound<'_, PyAny>,
+                session_id: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Self> {
+                Ok($name {
+                    inner: new_lease(client.py(), &client.get().inner, name, holder, session_id)?,
+                })
+            }
+
+            /// The lease's key.
+            #[getter]
+            fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                PyBytes::new(py, self.inner.name())
+            }
+
+            /// The value this lease writes when it holds the key (`holder`, or
+            /// `holder:session_id`).
+            #[getter]
+            fn holder_value<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                PyBytes::new(py, self.inner.holder_value())
+            }
+
+            /// The fencing token of the last acquire or renewal while the lease is believed
+            /// held, else `None`.
+            #[getter]
+            fn token(&self) -> Option<Hlc> {
+                self.inner.current_token().map(Hlc)
+            }
+
+            /// Renews the lease in the background every `fraction` × ttl; stops (with a
+            /// `"lost"` event) at the first failure or when someone else takes the key.
+            #[pyo3(signature = (fraction = 0.5))]
+            fn auto_renew(&self, py: Python<'_>, fraction: f64) -> PyResult<()> {
+                // The renewal task is spawned on the library's runtime.
+                let _context = runtime().enter();
+                self.inner.auto_renew(fraction).or_raise(py)
+            }
+
+            /// Stops the automatic renewal (the lease stays held until its ttl passes).
+            fn stop_renewal(&self) {
+                self.inner.stop_renewal();
+            }
+
+            /// The lease's events from now on (acquired, renewed, lost, released).
+            fn events(&self) -> LeaseEvents {
+                LeaseEvents::new(self.inner.events())
+            }
+
+            /// Tries once: the fencing token if the lease is held now (newly, or renewed),
+            /// `None` if someone else holds it.
+            fn acquire<'py>(
+                &self,
+                py: Python<'py>,
+                ttl: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let ttl = positive_duration_arg(ttl, "ttl")?;
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move { lease.acquire(ttl).await.map(|t| t.map(Hlc)) })
+            }
+
+            /// Acquires the lease, waiting up to `timeout` for the holder to release it or
+            /// for its lease to expire (woken by a notification, not by polling); raises
+            /// `mqstate.TimeoutError` if it could not be had in time.
+            fn acquire_wait<'py>(
+                &self,
+                py: Python<'py>,
+                ttl: &Bound<'py, PyAny>,
+                timeout: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let ttl = positive_duration_arg(ttl, "ttl")?;
+                let timeout = positive_duration_arg(timeout, "timeout")?;
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move { lease.acquire_wait(ttl, timeout).await.map(Hlc) })
+            }
+
+            /// Renews with the ttl of the last acquire: the new token, or `None` if the lease
+            /// was lost to someone else.
+            fn renew<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move { lease.renew().await.map(|t| t.map(Hlc)) })
+            }
+
+            /// Gives the lease up (stops the renewal); true if this holder held it.
+            fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move { lease.release().await })
+            }
+
+            /// Who holds the lease now (`None` if nobody).
+            fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let lease = self.inner.clone();
+                <$mode>::run(py, async move { lease.holder().await.map(|h| h.map(BytesOut)) })
+            }
+
+            fn __repr__(&self) -> String {
+                lease_repr($py_name, &self.inner)
+            }
+
+            $($extra)*
+        }
+    };
 }
+
+lease_class!(
+    Lease,
+    "Lease",
+    Client,
+    Blocking,
+    "A lease on a key (blocking): at most one holder at a time, for a time-to-live that the \
+     holder renews. The token of each acquire or renewal fences writes (`fencing_token=`).",
+    {
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
+
+        /// Releases the lease if it is held.
+        #[pyo3(signature = (*_exc_info))]
+        fn __exit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.release_if_held(py)
+        }
+    }
+);
+
+lease_class!(
+    AsyncLease,
+    "AsyncLease",
+    AsyncClient,
+    Asyncio,
+    "A lease on a key (asyncio): the methods of `Lease`, as awaitables.",
+    {
+        fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            aio::ready(slf.py(), slf.clone())
+        }
+
+        /// Releases the lease if it is held.
+        #[pyo3(signature = (*_exc_info))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.release_if_held(py)
+        }
+    }
+);
 
 // ----------------------------------------------------------------------------------------
 // Locks
@@ -758,164 +745,138 @@ async fn edit_with(
     .await
 }
 
-/// A lock (blocking): a lease used as a mutex between holders (give each concurrent user its
-/// own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.
-#[pyclass(module = "mqstate", name = "Lock", frozen)]
-#[derive(Debug)]
-pub(crate) struct Lock {
-    inner: core::Lock,
+/// A lock class: `Lock` (blocking, over `Client`) or `AsyncLock` (asyncio, over
+/// `AsyncClient`), the same methods; `$extra` adds `acquire()`, whose guards differ.
+macro_rules! lock_class {
+    ($name:ident, $py_name:literal, $client:ty, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            inner: core::Lock,
+        }
+
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (client, name, holder, *, session_id = None))]
+            fn new(
+                client: &Bound<'_, $client>,
+                name: &Bound<'_, PyAny>,
+                holder: &Bound<'_, PyAny>,
+                session_id: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Self> {
+                Ok($name {
+                    inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
+                })
+            }
+
+            #[getter]
+            fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+                PyBytes::new(py, self.inner.lease().name())
+            }
+
+            /// Who holds the lock now (`None` if nobody).
+            fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let lock = self.inner.clone();
+                <$mode>::run(py, async move {
+                    lock.lease().holder().await.map(|h| h.map(BytesOut))
+                })
+            }
+
+            /// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes
+            /// the lock (`ttl`, waiting up to `timeout`), reads `key`, calls `f(old)` (bytes,
+            /// or None when the key does not exist), then writes what `f` returned (None
+            /// deletes the key) with the lock's fencing token, and unlocks in every case.
+            /// Returns the new value. An exception raised by `f` abandons the edit (nothing
+            /// is written) and propagates; `mqstate.TimeoutError` if the lock was not had in
+            /// time.
+            fn edit<'py>(
+                &self,
+                py: Python<'py>,
+                key: &Bound<'py, PyAny>,
+                ttl: &Bound<'py, PyAny>,
+                timeout: &Bound<'py, PyAny>,
+                f: Py<PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let key = bytes_arg(key, "key")?.to_vec();
+                let ttl = positive_duration_arg(ttl, "ttl")?;
+                let timeout = positive_duration_arg(timeout, "timeout")?;
+                let lock = self.inner.clone();
+                <$mode>::run_py(py, async move {
+                    edit_with(lock, key, ttl, timeout, f)
+                        .await
+                        .map(|v| v.map(BytesOut))
+                        .map_err(|e| Python::attach(|py| e.into_py(py)))
+                })
+            }
+
+            fn __repr__(&self) -> String {
+                lease_repr($py_name, self.inner.lease())
+            }
+
+            $($extra)*
+        }
+    };
 }
 
-#[pymethods]
-impl Lock {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, Client>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(Lock {
-            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
-    }
-
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.lease().name())
-    }
-
-    /// Takes the lock for `ttl`, waiting up to `timeout` for it. Raises
-    /// `mqstate.TimeoutError` (a built-in `TimeoutError`) if it could not be had in time.
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        ttl: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<LockGuard> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
-        Ok(LockGuard {
-            token: guard.token().clone(),
-            guard: GuardSlot(Mutex::new(Some(guard))),
-        })
-    }
-
-    /// Who holds the lock now (`None` if nobody).
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let holder = wait(py, self.inner.lease().holder())?.or_raise(py)?;
-        Ok(holder.map(|h| PyBytes::new(py, &h)))
-    }
-
-    /// A fenced read-modify-write under the lock (the core's `Lock::edit`): takes the lock
-    /// (`ttl`, waiting up to `timeout`), reads `key`, calls `f(old)` (bytes, or None when
-    /// the key does not exist), then writes what `f` returned (None deletes the key) with
-    /// the lock's fencing token, and unlocks in every case. Returns the new value. An
-    /// exception raised by `f` abandons the edit (nothing is written) and propagates.
-    fn edit<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        ttl: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-        f: Py<PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let key = bytes_arg(key, "key")?.to_vec();
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let new = wait(py, edit_with(self.inner.clone(), key, ttl, timeout, f))?
-            .map_err(|e| e.into_py(py))?;
-        Ok(new.map(|v| PyBytes::new(py, &v)))
-    }
-
-    fn __repr__(&self) -> String {
-        lease_repr("Lock", self.inner.lease())
-    }
-}
-
-/// A lock (asyncio): `async with lock.acquire(ttl, timeout) as guard:`.
-#[pyclass(module = "mqstate", name = "AsyncLock", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLock {
-    inner: core::Lock,
-}
-
-#[pymethods]
-impl AsyncLock {
-    #[new]
-    #[pyo3(signature = (client, name, holder, *, session_id = None))]
-    fn new(
-        client: &Bound<'_, AsyncClient>,
-        name: &Bound<'_, PyAny>,
-        holder: &Bound<'_, PyAny>,
-        session_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        Ok(AsyncLock {
-            inner: new_lock(client.py(), &client.get().inner, name, holder, session_id)?,
-        })
-    }
-
-    #[getter]
-    fn name<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.lease().name())
-    }
-
-    /// `guard = await lock.acquire(ttl, timeout)` or
-    /// `async with lock.acquire(ttl, timeout) as guard:`.
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        ttl: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<Pending> {
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let lock = self.inner.clone();
-        let future = aio::spawn(py, async move {
-            let guard = lock.lock(ttl, timeout).await?;
-            Ok(AsyncLockGuard {
+lock_class!(
+    Lock,
+    "Lock",
+    Client,
+    Blocking,
+    "A lock (blocking): a lease used as a mutex between holders (give each concurrent user \
+     its own `holder`). `with lock.acquire(ttl, timeout) as guard:` holds it for the block.",
+    {
+        /// Takes the lock for `ttl`, waiting up to `timeout` for it. Raises
+        /// `mqstate.TimeoutError` (a built-in `TimeoutError`) if it could not be had in time.
+        fn acquire(
+            &self,
+            py: Python<'_>,
+            ttl: &Bound<'_, PyAny>,
+            timeout: &Bound<'_, PyAny>,
+        ) -> PyResult<LockGuard> {
+            let ttl = positive_duration_arg(ttl, "ttl")?;
+            let timeout = positive_duration_arg(timeout, "timeout")?;
+            let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
+            Ok(LockGuard {
                 token: guard.token().clone(),
-                guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
+                guard: GuardSlot(Mutex::new(Some(guard))),
             })
-        })?;
-        Ok(Pending::new(future))
+        }
     }
+);
 
-    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let lock = self.inner.clone();
-        aio::spawn(py, async move {
-            lock.lease().holder().await.map(|h| h.map(BytesOut))
-        })
+lock_class!(
+    AsyncLock,
+    "AsyncLock",
+    AsyncClient,
+    Asyncio,
+    "A lock (asyncio): `async with lock.acquire(ttl, timeout) as guard:`.",
+    {
+        /// `guard = await lock.acquire(ttl, timeout)` or
+        /// `async with lock.acquire(ttl, timeout) as guard:`; `mqstate.TimeoutError` if the
+        /// lock could not be had in time.
+        fn acquire(
+            &self,
+            py: Python<'_>,
+            ttl: &Bound<'_, PyAny>,
+            timeout: &Bound<'_, PyAny>,
+        ) -> PyResult<Pending> {
+            let ttl = positive_duration_arg(ttl, "ttl")?;
+            let timeout = positive_duration_arg(timeout, "timeout")?;
+            let lock = self.inner.clone();
+            let future = aio::spawn(py, async move {
+                let guard = lock.lock(ttl, timeout).await?;
+                Ok(AsyncLockGuard {
+                    token: guard.token().clone(),
+                    guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
+                })
+            })?;
+            Ok(Pending::new(future))
+        }
     }
-
-    /// `await lock.edit(key, ttl, timeout, f)`: [`Lock.edit`] for asyncio; `f(old)` is a
-    /// plain function (it runs on the library's thread while the lock is held).
-    fn edit<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        ttl: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-        f: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let key = bytes_arg(key, "key")?.to_vec();
-        let ttl = positive_duration_arg(ttl, "ttl")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let lock = self.inner.clone();
-        aio::spawn_fallible(py, async move {
-            edit_with(lock, key, ttl, timeout, f)
-                .await
-                .map(|v| v.map(BytesOut))
-                .map_err(|e| Python::attach(|py| e.into_py(py)))
-        })
-    }
-
-    fn __repr__(&self) -> String {
-        lease_repr("AsyncLock", self.inner.lease())
-    }
-}
+);
 
 // ----------------------------------------------------------------------------------------
 // Leader election
@@ -949,202 +910,168 @@ fn election_repr(kind: &str, election: &core::LeaderElection) -> String {
     )
 }
 
-/// Leader election (blocking): the leader holds the election's lease and renews it
-/// automatically; the others wait for it.
-#[pyclass(module = "mqstate", name = "LeaderElection", frozen)]
-#[derive(Debug)]
-pub(crate) struct LeaderElection {
-    inner: core::LeaderElection,
-}
-
-#[pymethods]
-impl LeaderElection {
-    #[new]
-    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
-    fn new(
-        py: Python<'_>,
-        client: &Bound<'_, Client>,
-        election: &Bound<'_, PyAny>,
-        candidate: &Bound<'_, PyAny>,
-        renew_fraction: f64,
-    ) -> PyResult<Self> {
-        Ok(LeaderElection {
-            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
-        })
-    }
-
-    /// True while this candidate believes it leads.
-    #[getter]
-    fn is_leader(&self) -> bool {
-        self.inner.is_leader()
-    }
-
-    /// This candidate's fencing token while it leads, else `None`.
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.lease().current_token().map(Hlc)
-    }
-
-    /// Campaigns until elected (the token) or `timeout` passes (`mqstate.TimeoutError`);
-    /// the term is then renewed automatically until `resign()` or a loss.
-    fn campaign(
-        &self,
-        py: Python<'_>,
-        term: &Bound<'_, PyAny>,
-        timeout: &Bound<'_, PyAny>,
-    ) -> PyResult<Hlc> {
-        let term = positive_duration_arg(term, "term")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        wait(py, self.inner.campaign(term, timeout))?
-            .or_raise(py)
-            .map(Hlc)
-    }
-
-    /// Tries once: the token if elected, else `None`.
-    fn try_campaign(&self, py: Python<'_>, term: &Bound<'_, PyAny>) -> PyResult<Option<Hlc>> {
-        let term = positive_duration_arg(term, "term")?;
-        let token = wait(py, self.inner.try_campaign(term))?.or_raise(py)?;
-        Ok(token.map(Hlc))
-    }
-
-    /// Steps down (stops renewing, releases the election key); true if this candidate led.
-    fn resign(&self, py: Python<'_>) -> PyResult<bool> {
-        wait(py, self.inner.resign())?.or_raise(py)
-    }
-
-    /// The current leader, `None` if there is none.
-    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let leader = wait(py, self.inner.leader())?.or_raise(py)?;
-        Ok(leader.map(|l| PyBytes::new(py, &l)))
-    }
-
-    /// The leadership changes from now on: this candidate's own and other leaders.
-    fn events(&self, py: Python<'_>) -> PyResult<LeadershipEvents> {
-        let events = wait(py, self.inner.events())?.or_raise(py)?;
-        Ok(LeadershipEvents::new(events))
-    }
-
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    /// Resigns if leading.
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.inner.lease().stop_renewal();
-        if self.inner.is_leader() {
-            self.resign(py)?;
+/// An election class: `LeaderElection` (blocking, over `Client`) or `AsyncLeaderElection`
+/// (asyncio, over `AsyncClient`), the same methods; `$extra` adds what differs (`events()`
+/// and the context-manager methods).
+macro_rules! election_class {
+    ($name:ident, $py_name:literal, $client:ty, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            inner: core::LeaderElection,
         }
-        Ok(false)
-    }
 
-    fn __repr__(&self) -> String {
-        election_repr("LeaderElection", &self.inner)
-    }
-}
-
-/// Leader election (asyncio): the methods of `LeaderElection`, as awaitables.
-#[pyclass(module = "mqstate", name = "AsyncLeaderElection", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLeaderElection {
-    inner: core::LeaderElection,
-}
-
-#[pymethods]
-impl AsyncLeaderElection {
-    #[new]
-    #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
-    fn new(
-        py: Python<'_>,
-        client: &Bound<'_, AsyncClient>,
-        election: &Bound<'_, PyAny>,
-        candidate: &Bound<'_, PyAny>,
-        renew_fraction: f64,
-    ) -> PyResult<Self> {
-        Ok(AsyncLeaderElection {
-            inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
-        })
-    }
-
-    #[getter]
-    fn is_leader(&self) -> bool {
-        self.inner.is_leader()
-    }
-
-    #[getter]
-    fn token(&self) -> Option<Hlc> {
-        self.inner.lease().current_token().map(Hlc)
-    }
-
-    fn campaign<'py>(
-        &self,
-        py: Python<'py>,
-        term: &Bound<'py, PyAny>,
-        timeout: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let term = positive_duration_arg(term, "term")?;
-        let timeout = positive_duration_arg(timeout, "timeout")?;
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.campaign(term, timeout).await.map(Hlc)
-        })
-    }
-
-    fn try_campaign<'py>(
-        &self,
-        py: Python<'py>,
-        term: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let term = positive_duration_arg(term, "term")?;
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.try_campaign(term).await.map(|t| t.map(Hlc))
-        })
-    }
-
-    fn resign<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.inner.clone();
-        aio::spawn(py, async move { election.resign().await })
-    }
-
-    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            election.leader().await.map(|l| l.map(BytesOut))
-        })
-    }
-
-    /// `events = await election.events()` or `async with election.events() as events:`.
-    fn events(&self, py: Python<'_>) -> PyResult<Pending> {
-        let election = self.inner.clone();
-        let future = aio::spawn(py, async move {
-            election.events().await.map(LeadershipEvents::new)
-        })?;
-        Ok(Pending::new(future))
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        aio::ready(slf.py(), slf.clone())
-    }
-
-    /// Resigns if leading.
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_info: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.lease().stop_renewal();
-        let election = self.inner.clone();
-        aio::spawn(py, async move {
-            if election.is_leader() {
-                election.resign().await?;
+        impl $name {
+            /// Resigns if leading (the end of a `with` / `async with` block).
+            fn resign_if_leading<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.inner.lease().stop_renewal();
+                let election = self.inner.clone();
+                <$mode>::run(py, async move {
+                    if election.is_leader() {
+                        election.resign().await?;
+                    }
+                    Ok(false)
+                })
             }
-            Ok(false)
-        })
-    }
+        }
 
-    fn __repr__(&self) -> String {
-        election_repr("AsyncLeaderElection", &self.inner)
-    }
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (client, election, candidate, *, renew_fraction = 0.5))]
+            fn new(
+                py: Python<'_>,
+                client: &Bound<'_, $client>,
+                election: &Bound<'_, PyAny>,
+                candidate: &Bound<'_, PyAny>,
+                renew_fraction: f64,
+            ) -> PyResult<Self> {
+                Ok($name {
+                    inner: new_election(py, &client.get().inner, election, candidate, renew_fraction)?,
+                })
+            }
+
+            /// True while this candidate believes it leads.
+            #[getter]
+            fn is_leader(&self) -> bool {
+                self.inner.is_leader()
+            }
+
+            /// This candidate's fencing token while it leads, else `None`.
+            #[getter]
+            fn token(&self) -> Option<Hlc> {
+                self.inner.lease().current_token().map(Hlc)
+            }
+
+            /// Campaigns until elected (the token) or `timeout` passes
+            /// (`mqstate.TimeoutError`); the term is then renewed automatically until
+            /// `resign()` or a loss.
+            fn campaign<'py>(
+                &self,
+                py: Python<'py>,
+                term: &Bound<'py, PyAny>,
+                timeout: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let term = positive_duration_arg(term, "term")?;
+                let timeout = positive_duration_arg(timeout, "timeout")?;
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.campaign(term, timeout).await.map(Hlc) })
+            }
+
+            /// Tries once: the token if elected, else `None`.
+            fn try_campaign<'py>(
+                &self,
+                py: Python<'py>,
+                term: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let term = positive_duration_arg(term, "term")?;
+                let election = self.inner.clone();
+                <$mode>::run(py, async move {
+                    election.try_campaign(term).await.map(|t| t.map(Hlc))
+                })
+            }
+
+            /// Steps down (stops renewing, releases the election key); true if this
+            /// candidate led.
+            fn resign<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.resign().await })
+            }
+
+            /// The current leader, `None` if there is none.
+            fn leader<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                let election = self.inner.clone();
+                <$mode>::run(py, async move { election.leader().await.map(|l| l.map(BytesOut)) })
+            }
+
+            fn __repr__(&self) -> String {
+                election_repr($py_name, &self.inner)
+            }
+
+            $($extra)*
+        }
+    };
 }
+
+election_class!(
+    LeaderElection,
+    "LeaderElection",
+    Client,
+    Blocking,
+    "Leader election (blocking): the leader holds the election's lease and renews it \
+     automatically; the others wait for it.",
+    {
+        /// The leadership changes from now on: this candidate's own and other leaders.
+        fn events(&self, py: Python<'_>) -> PyResult<LeadershipEvents> {
+            let events = wait(py, self.inner.events())?.or_raise(py)?;
+            Ok(LeadershipEvents::new(events))
+        }
+
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
+
+        /// Resigns if leading.
+        #[pyo3(signature = (*_exc_info))]
+        fn __exit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.resign_if_leading(py)
+        }
+    }
+);
+
+election_class!(
+    AsyncLeaderElection,
+    "AsyncLeaderElection",
+    AsyncClient,
+    Asyncio,
+    "Leader election (asyncio): the methods of `LeaderElection`, as awaitables.",
+    {
+        /// `events = await election.events()` or `async with election.events() as events:`.
+        fn events(&self, py: Python<'_>) -> PyResult<Pending> {
+            let election = self.inner.clone();
+            let future = aio::spawn(py, async move {
+                election.events().await.map(LeadershipEvents::new)
+            })?;
+            Ok(Pending::new(future))
+        }
+
+        fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            aio::ready(slf.py(), slf.clone())
+        }
+
+        /// Resigns if leading.
+        #[pyo3(signature = (*_exc_info))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.resign_if_leading(py)
+        }
+    }
+);
