@@ -51,7 +51,29 @@ impl<E: EventSource> Session<E> {
         vec![
             self.shared.response_topic.clone(),
             self.shared.notify_filter.clone(),
+            // Optional (its refusal is not fatal): see `crate::instance`.
+            crate::instance::INSTANCE_TOPIC.to_owned(),
         ]
+    }
+
+    /// The store-instance extension: a response, notification or announcement from a store
+    /// instance other than the last one seen means the store restarted and forgot our
+    /// KEYNOTIFY registrations; restore them (re-register and catch up) as after a reconnect.
+    fn check_instance(&self, message: &crate::transport::IncomingMessage) {
+        let id = if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+            std::str::from_utf8(&message.payload).ok()
+        } else {
+            message.property(crate::instance::INSTANCE_PROPERTY)
+        };
+        if let Some(id) = id
+            && self.shared.instance.observe(id)
+        {
+            tracing::info!(
+                instance = id,
+                "the state store restarted: restoring the observations"
+            );
+            let _ = self.commands.send(Command::Restore);
+        }
     }
 
     fn set_state(&self, state: ConnectionState) {
@@ -214,6 +236,10 @@ impl<E: EventSource> Session<E> {
     }
 
     fn route(&self, message: crate::transport::IncomingMessage) {
+        self.check_instance(&message);
+        if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+            return;
+        }
         if message.topic == self.shared.response_topic.as_bytes() {
             self.shared.route_response(message);
         } else if message

@@ -31,9 +31,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod broker;
 pub mod dedup;
 mod error;
+pub mod fault_proxy;
 pub mod handler;
 mod local_server;
 pub mod mosquitto_log;
