@@ -14,7 +14,8 @@
 //! - **missed notifications**: observed keys whose last notification differs from the stored
 //!   value once everything settled (an observer left silent);
 //! - p50 / p99 latency of acknowledged writes;
-//! - the process's RSS (store, broker and clients share it) after a 30 s warm-up and at the end.
+//! - the RSS of the store process (embedded broker and store; the soak runs them in a child
+//!   process, `soak --serve PORT`) after a 30 s warm-up and at the end.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -25,16 +26,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mqstate::{Client, ConnectOptions, NotifyOperation, ReconnectPolicy, SetOptions};
-use mqstate_server::LocalServer;
 use mqstate_server::fault_proxy::{Direction, FaultProxy, PacketKind};
+use mqstate_server::{LocalServer, ServerConfig, testing};
 use tokio::sync::Mutex;
 
 const WRITERS: usize = 8;
 const KEYS_PER_WRITER: usize = 16;
 const WARM_UP: Duration = Duration::from_secs(30);
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -54,15 +55,50 @@ struct Tally {
     last_acked: Mutex<HashMap<String, Option<String>>>,
 }
 
+/// `soak --serve PORT`: the store process; runs until its stdin closes.
+async fn serve(port: u16) {
+    let server = LocalServer::start_with(ServerConfig::default().with_port(port))
+        .await
+        .expect("start the local store");
+    println!("ready");
+    tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    })
+    .await
+    .unwrap();
+    server.shutdown().await;
+}
+
 #[tokio::main]
 async fn main() {
-    let secs: u64 = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve") {
+        serve(args[2].parse().expect("port")).await;
+        return;
+    }
+    let secs: u64 = args
+        .get(1)
         .map(|a| a.parse().expect("duration in seconds"))
         .unwrap_or(60);
     let duration = Duration::from_secs(secs);
-    let server = LocalServer::start().await.expect("start the local store");
-    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, server.port()));
+    let port = testing::free_port().unwrap();
+    let mut store = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--serve", &port.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the store process");
+    let store_pid = store.id();
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(store.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the store process did not start");
+    }
+    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let proxy = Arc::new(FaultProxy::start(upstream).await.unwrap());
     let options = || {
         ConnectOptions::new("127.0.0.1", proxy.port())
@@ -185,7 +221,7 @@ async fn main() {
     };
 
     tokio::time::sleep(WARM_UP.min(duration)).await;
-    let rss_start = rss_kib();
+    let rss_start = rss_kib(store_pid);
     tokio::time::sleep(duration.saturating_sub(WARM_UP)).await;
     stop.store(true, Ordering::Relaxed);
     for w in writers {
@@ -194,7 +230,7 @@ async fn main() {
     let faults = faults.await.unwrap();
     // Let the observer settle (reconnects, catch-ups), then compare with the store.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let checker = Client::connect(ConnectOptions::new("127.0.0.1", server.port()))
+    let checker = Client::connect(ConnectOptions::new("127.0.0.1", port))
         .await
         .unwrap();
     let mut lost = 0;
@@ -224,7 +260,7 @@ async fn main() {
             eprintln!("MISSED {k}: observer has {told:?}, store {stored:?}");
         }
     }
-    let rss_end = rss_kib();
+    let rss_end = rss_kib(store_pid);
     let mut lat = tally.latencies_us.lock().await.clone();
     lat.sort_unstable();
     let pct = |p: f64| {
@@ -254,7 +290,7 @@ async fn main() {
         pct(0.99)
     );
     println!(
-        "RSS after {}s warm-up: {rss_start} KiB, at the end: {rss_end} KiB ({:+.1} %)",
+        "store process RSS after {}s warm-up: {rss_start} KiB, at the end: {rss_end} KiB ({:+.1} %)",
         WARM_UP.as_secs(),
         (rss_end as f64 - rss_start as f64) * 100.0 / rss_start.max(1) as f64
     );
@@ -264,7 +300,8 @@ async fn main() {
         o.abort();
     }
     drop(proxy);
-    server.shutdown().await;
+    drop(store.stdin.take()); // the store process stops when its stdin closes
+    let _ = store.wait();
     if lost > 0 || missed > 0 {
         std::process::exit(1);
     }
