@@ -72,6 +72,12 @@ impl InstanceTracker {
         }
     }
 
+    /// Forgets the last id: the next one seen is a baseline (after the client's own reconnect,
+    /// which restores every observation anyway).
+    pub fn reset(&self) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
     /// The last instance id seen, if any.
     pub fn current(&self) -> Option<String> {
         self.last
@@ -96,6 +102,8 @@ mod tests {
         assert_eq!(t.current().as_deref(), Some("one"));
         assert!(!t.observe(&"z".repeat(MAX_INSTANCE_ID_LEN + 1)));
         assert_eq!(t.current().as_deref(), Some("one"));
+        t.reset();
+        assert!(!t.observe("three"));
     }
 
     #[test]
