@@ -167,6 +167,14 @@ impl Mosquitto {
         let config_path = dir.path().join("mosquitto.conf");
         let log_path = dir.path().join("mosquitto.log");
         let persistence = if persistent {
+            // Mosquitto started as root drops to the `mosquitto` user: the database must be
+            // writable by it.
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+                    .map_err(|e| ServerError::io("making the persistence directory writable", e))?;
+            }
             format!(
                 "persistence true\npersistence_location {}/\n",
                 dir.path().display()
