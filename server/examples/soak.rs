@@ -145,7 +145,7 @@ async fn main() {
                 let k = format!("soak-{w}-{}", n % KEYS_PER_WRITER as u64);
                 let t = Instant::now();
                 // Churn: one write in ten is a DEL, values vary in size.
-                let (result, value) = if n % 10 == 0 {
+                let (result, value) = if n.is_multiple_of(10) {
                     (client.del(&k, None).await.map(|_| ()), None)
                 } else {
                     let v = format!("{n}-{}", "x".repeat((n % 512) as usize));
