@@ -15,7 +15,8 @@
 //!   value once everything settled (an observer left silent);
 //! - p50 / p99 latency of acknowledged writes;
 //! - the RSS of the store process (embedded broker and store; the soak runs them in a child
-//!   process, `soak --serve PORT`) after a 30 s warm-up and at the end.
+//!   process, `soak --serve PORT`) every minute, and its growth from the end of the warm-up
+//!   (5.5 min: the duplicate cache keeps answers for 5 min, so it fills until then) to the end.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -32,7 +33,9 @@ use tokio::sync::Mutex;
 
 const WRITERS: usize = 8;
 const KEYS_PER_WRITER: usize = 16;
-const WARM_UP: Duration = Duration::from_secs(30);
+/// The store's duplicate cache keeps every answer for 5 minutes (its default TTL), so its size
+/// only levels off after that: RSS is compared from there on.
+const WARM_UP: Duration = Duration::from_secs(330);
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -220,9 +223,24 @@ async fn main() {
         })
     };
 
-    tokio::time::sleep(WARM_UP.min(duration)).await;
-    let rss_start = rss_kib(store_pid);
-    tokio::time::sleep(duration.saturating_sub(WARM_UP)).await;
+    let warm_up = WARM_UP.min(duration / 2);
+    let mut samples = Vec::new();
+    let mut rss_start = 0;
+    let mut warmed = false;
+    while start.elapsed() < duration {
+        let next_minute = Duration::from_secs((start.elapsed().as_secs() / 60 + 1) * 60);
+        let wake = if warmed {
+            next_minute
+        } else {
+            next_minute.min(warm_up)
+        };
+        tokio::time::sleep(wake.min(duration).saturating_sub(start.elapsed())).await;
+        if !warmed && start.elapsed() >= warm_up {
+            warmed = true;
+            rss_start = rss_kib(store_pid);
+        }
+        samples.push((start.elapsed().as_secs(), rss_kib(store_pid)));
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();
@@ -289,9 +307,10 @@ async fn main() {
         pct(0.50),
         pct(0.99)
     );
+    println!("store process RSS (s, KiB): {samples:?}");
     println!(
         "store process RSS after {}s warm-up: {rss_start} KiB, at the end: {rss_end} KiB ({:+.1} %)",
-        WARM_UP.as_secs(),
+        warm_up.as_secs(),
         (rss_end as f64 - rss_start as f64) * 100.0 / rss_start.max(1) as f64
     );
     checker.close().await;
