@@ -46,7 +46,7 @@ pub mod protocol;
 // The paths of the flat layout, kept for downstream code.
 pub use client::options;
 pub use protocol::errors as error;
-pub use protocol::{hlc, resp3, topics};
+pub use protocol::{hlc, instance, resp3, topics};
 
 pub use client::{
     Client, ConnectionState, KeyNotification, KeyObservation, SetOptions, SetOutcome, VdelOutcome,

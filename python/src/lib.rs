@@ -10,6 +10,7 @@ mod bench;
 mod client;
 mod convert;
 mod errors;
+mod fault_proxy;
 mod lock;
 mod observe;
 mod options;
@@ -47,6 +48,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::LeadershipEvents>()?;
     m.add_class::<testing::LocalServer>()?;
     m.add_class::<testing::SilentBroker>()?;
+    m.add_class::<fault_proxy::FaultProxy>()?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_get, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_blocking_get, m)?)?;
     Ok(())

@@ -26,6 +26,7 @@ use mqtt5::broker::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::admission::{AdmissionGate, GatedAuth};
 use crate::error::ServerError;
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
@@ -80,6 +81,7 @@ pub struct EmbeddedBroker {
     router: Arc<MessageRouter>,
     shutdown: Option<mqtt5::broker::server::BrokerShutdownHandle>,
     task: Option<JoinHandle<()>>,
+    gate: Option<AdmissionGate>,
 }
 
 impl std::fmt::Debug for EmbeddedBroker {
@@ -125,6 +127,17 @@ impl EmbeddedBroker {
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
     ) -> Result<EmbeddedBroker, ServerError> {
+        EmbeddedBroker::start_gated(config, events, None).await
+    }
+
+    /// Like [`EmbeddedBroker::start`]; with `store_client_id`, every other client's CONNECT is
+    /// held until the gate ([`EmbeddedBroker::admission_gate`]) opens, once the store has
+    /// subscribed (see [`crate::admission`]).
+    pub async fn start_gated(
+        config: &EmbeddedBrokerConfig,
+        events: mpsc::UnboundedSender<BrokerEvent>,
+        store_client_id: Option<String>,
+    ) -> Result<EmbeddedBroker, ServerError> {
         // Memory storage with persistence on: without persistence the broker grants no
         // session expiry at all. Offline queues hold a few maximum-size messages at least;
         // expired sessions are swept every minute.
@@ -144,6 +157,12 @@ impl EmbeddedBroker {
         let mut broker = MqttBroker::with_config(broker_config)
             .await
             .map_err(|e| ServerError::Broker(format!("cannot start on {}: {e}", config.bind)))?;
+        let mut gate = None;
+        if let Some(store) = store_client_id {
+            let (gated, opener) = GatedAuth::new(broker.auth_provider(), store);
+            broker = broker.with_auth_provider(Arc::new(gated));
+            gate = Some(opener);
+        }
         let addr = broker
             .local_addr()
             .ok_or_else(|| ServerError::Broker("the broker has no listening address".into()))?;
@@ -179,7 +198,14 @@ impl EmbeddedBroker {
             router,
             shutdown: Some(shutdown),
             task: Some(task),
+            gate,
         })
+    }
+
+    /// The gate that holds other clients' CONNECTs until the store is ready (`None` without
+    /// [`EmbeddedBrokerConfig::store_client_id`]).
+    pub fn admission_gate(&self) -> Option<&AdmissionGate> {
+        self.gate.as_ref()
     }
 
     /// A handle that disconnects clients by id.

@@ -33,9 +33,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod broker;
 pub mod dedup;
 mod error;
+pub mod fault_proxy;
 pub mod handler;
 pub mod iothub;
 mod local_server;

@@ -244,6 +244,10 @@ impl LocalServer {
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
         };
+        let mut service_config = ServiceConfig::new(String::new(), 0);
+        if let Some(id) = &config.client_id {
+            service_config.client_id.clone_from(id);
+        }
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -251,7 +255,12 @@ impl LocalServer {
                     bind: SocketAddr::new(config.bind, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
-                let broker = EmbeddedBroker::start(&broker_config, tx).await?;
+                let broker = EmbeddedBroker::start_gated(
+                    &broker_config,
+                    tx,
+                    Some(service_config.client_id.clone()),
+                )
+                .await?;
                 let addr = broker.local_addr();
                 // The store connects over loopback when the broker listens on every address.
                 let connect_ip = if addr.ip().is_unspecified() {
@@ -272,10 +281,8 @@ impl LocalServer {
             }
             BrokerChoice::External { host, port } => (None, None, host.clone(), *port, false),
         };
-        let mut service_config = ServiceConfig::new(host.clone(), port);
-        if let Some(id) = &config.client_id {
-            service_config.client_id.clone_from(id);
-        }
+        service_config.host.clone_from(&host);
+        service_config.port = port;
         // With an external broker, its own limit applies (see ServiceConfig::max_packet_size).
         service_config.max_packet_size = if embedded {
             config.max_packet_size
@@ -310,6 +317,11 @@ impl LocalServer {
             },
             None => None,
         };
+        // Only now may clients connect to the embedded broker: the store is subscribed.
+        if let Some(gate) = broker.as_ref().and_then(EmbeddedBroker::admission_gate) {
+            gate.open();
+        }
+        tracing::info!(%host, port, "state store ready");
         Ok(LocalServer {
             host,
             port,

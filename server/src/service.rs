@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use mqstate::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
 use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Filter, Packet, Publish, PublishProperties, SubscribeReasonCode};
@@ -48,6 +49,10 @@ pub const SOURCE_ID_PROPERTY: &str = "__srcId";
 pub const PROTOCOL_VERSION: &str = "1.0";
 /// The content type of requests, responses and notifications.
 pub const CONTENT_TYPE: &str = "application/octet-stream";
+
+/// The session expiry the store asks for: the broker keeps its session (its subscription and
+/// the requests queued for it) across a broker restart or a dropped connection this long.
+pub const DEFAULT_SESSION_EXPIRY: Duration = Duration::from_secs(300);
 
 /// How many unacknowledged QoS 1 messages the broker may have out to the store.
 const RECEIVE_MAXIMUM: u16 = 1024;
@@ -95,6 +100,12 @@ pub struct ServiceConfig {
     /// embedded broker, where the sender's client id is known for sure); without it such
     /// requests are only dropped and logged.
     pub disconnector: Option<Disconnector>,
+    /// This store instance's id, sent in the [`INSTANCE_PROPERTY`] of every response and
+    /// notification and announced on [`INSTANCE_TOPIC`] (random per start by default).
+    pub instance_id: String,
+    /// How long the broker keeps the store's session after a disconnect (clean start is off,
+    /// so requests queued for the store while it was away are delivered when it is back).
+    pub session_expiry: Duration,
 }
 
 impl ServiceConfig {
@@ -111,8 +122,15 @@ impl ServiceConfig {
             connect_timeout: Duration::from_secs(10),
             watch_mosquitto_log: false,
             disconnector: None,
+            instance_id: new_instance_id(),
+            session_expiry: DEFAULT_SESSION_EXPIRY,
         }
     }
+}
+
+/// A random instance id: 16 hex digits.
+pub fn new_instance_id() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// A client id unique to this process and start.
@@ -153,7 +171,13 @@ impl Service {
         let mut options = MqttOptions::new(config.client_id.clone(), &config.host, config.port);
         options
             .set_keep_alive(Duration::from_secs(30))
-            .set_clean_start(true)
+            // Clean start off with a session expiry: when the broker restarts with its
+            // sessions (or the connection drops), the requests queued for the store meanwhile
+            // are delivered when it reconnects, instead of being dropped with a clean session.
+            .set_clean_start(false)
+            .set_session_expiry_interval(Some(
+                u32::try_from(config.session_expiry.as_secs()).unwrap_or(u32::MAX),
+            ))
             .set_max_packet_size(Some(config.max_packet_size))
             // Requests are acknowledged by the store task once answered (manual acks), so the
             // broker never has more than RECEIVE_MAXIMUM unanswered QoS 1 messages out to us:
@@ -183,6 +207,7 @@ impl Service {
                 watch_mosquitto_log: config.watch_mosquitto_log,
                 packet_limit: limit.clone(),
                 last_error: last_error.clone(),
+                instance_id: config.instance_id.clone(),
             },
         ));
         let store = StoreTask {
@@ -193,6 +218,7 @@ impl Service {
             max_packet_size: limit,
             disconnector: config.disconnector.clone(),
             own_id: config.client_id.clone(),
+            instance_id: config.instance_id.clone(),
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {
@@ -206,6 +232,7 @@ impl Service {
                     host = %config.host,
                     port = config.port,
                     client_id = %config.client_id,
+                    instance = %config.instance_id,
                     "state store subscribed to the request topic"
                 );
                 Ok(service)
@@ -241,6 +268,9 @@ impl Service {
     }
 
     fn stop(&self) {
+        // The session outlives the connection (clean start off): unsubscribe first, so that a
+        // store that stopped on purpose does not leave a session collecting requests.
+        let _ = self.client.try_unsubscribe(REQUEST_TOPIC);
         let _ = self.client.try_disconnect();
         let _ = self.shutdown.send(true);
     }
@@ -261,6 +291,8 @@ struct PollSettings {
     packet_limit: Arc<AtomicUsize>,
     /// The last connection error, for the start-up error message.
     last_error: Arc<Mutex<Option<String>>>,
+    /// Announced on [`INSTANCE_TOPIC`] after every granted subscription.
+    instance_id: String,
 }
 
 /// Polls the MQTT connection; rumqttc reconnects on the next poll after an error.
@@ -276,6 +308,7 @@ async fn poll_loop(
         watch_mosquitto_log,
         packet_limit,
         last_error,
+        instance_id,
     } = settings;
     let own_limit = packet_limit.load(Ordering::Relaxed);
     let mut ready = Some(ready);
@@ -321,7 +354,9 @@ async fn poll_loop(
                     .and_then(|m| usize::try_from(m).ok())
                     .unwrap_or(usize::MAX);
                 packet_limit.store(own_limit.min(broker_limit), Ordering::Relaxed);
-                // Subscribe again on every connection (clean start: no session survives).
+                // Subscribe again on every connection: when the broker lost our session (a
+                // broker restart without persistence) the subscription is gone; when it kept it,
+                // subscribing again changes nothing.
                 // One SUBSCRIBE, so that its SUBACK's first code is the request topic's.
                 let mut filters = vec![Filter::new(REQUEST_TOPIC, QoS::AtLeastOnce)];
                 if watch_mosquitto_log {
@@ -340,6 +375,17 @@ async fn poll_loop(
                     matches!(c, Some(SubscribeReasonCode::Success(_)))
                 };
                 if granted(ack.return_codes.first()) {
+                    // Tell the clients which store instance listens now (retained, so that
+                    // clients subscribing later learn it too): a client that sees a new id
+                    // restores its observations (see mqstate::instance).
+                    if let Err(e) = client.try_publish(
+                        INSTANCE_TOPIC,
+                        QoS::AtLeastOnce,
+                        true,
+                        instance_id.clone(),
+                    ) {
+                        tracing::error!(error = %e, "cannot queue the instance announcement");
+                    }
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(());
                     }
@@ -395,6 +441,7 @@ struct StoreTask {
     max_packet_size: Arc<AtomicUsize>,
     disconnector: Option<Disconnector>,
     own_id: String,
+    instance_id: String,
 }
 
 /// The properties of a request, as received.
@@ -598,6 +645,7 @@ impl StoreTask {
         if let Some(ts) = &answer.timestamp {
             user_properties.push((TIMESTAMP_PROPERTY.to_owned(), ts.to_string()));
         }
+        user_properties.push((INSTANCE_PROPERTY.to_owned(), self.instance_id.clone()));
         let properties = PublishProperties {
             payload_format_indicator: Some(0),
             message_expiry_interval: message_expiry,
@@ -620,6 +668,7 @@ impl StoreTask {
                         PROTOCOL_VERSION_PROPERTY.to_owned(),
                         PROTOCOL_VERSION.to_owned(),
                     ),
+                    (INSTANCE_PROPERTY.to_owned(), self.instance_id.clone()),
                 ],
                 content_type: Some(CONTENT_TYPE.to_owned()),
                 ..PublishProperties::default()

@@ -1,22 +1,10 @@
 #![no_main]
-//! The server's request decoder on arbitrary bytes; what decodes must re-encode and decode
-//! to the same request.
+//! `checks::decode_request` on arbitrary bytes (the same check runs on stable in
+//! `core/tests/fuzz_decoders.rs`).
 
-use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use mqstate::resp3;
 
-fuzz_target!(|data: &[u8]| {
-    let payload = Bytes::copy_from_slice(data);
-    match resp3::decode_request(&payload) {
-        Ok(request) => {
-            let mut buf = BytesMut::new();
-            request.encode(&mut buf);
-            assert_eq!(resp3::decode_request(&buf.freeze()).ok(), Some(request));
-        }
-        Err(e) => {
-            let _ = e.to_string();
-            let _ = e.service_error();
-        }
-    }
-});
+#[path = "../checks.rs"]
+mod checks;
+
+fuzz_target!(|data: &[u8]| checks::decode_request(data));

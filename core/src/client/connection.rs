@@ -51,7 +51,29 @@ impl<E: EventSource> Session<E> {
         vec![
             self.shared.response_topic.clone(),
             self.shared.notify_filter.clone(),
+            // Optional (its refusal is not fatal): see `crate::instance`.
+            crate::instance::INSTANCE_TOPIC.to_owned(),
         ]
+    }
+
+    /// The store-instance extension: a response, notification or announcement from a store
+    /// instance other than the last one seen means the store restarted and forgot our
+    /// KEYNOTIFY registrations; restore them (re-register and catch up) as after a reconnect.
+    fn check_instance(&self, message: &crate::client::transport::IncomingMessage) {
+        let id = if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+            std::str::from_utf8(&message.payload).ok()
+        } else {
+            message.property(crate::instance::INSTANCE_PROPERTY)
+        };
+        if let Some(id) = id
+            && self.shared.instance.observe(id)
+        {
+            tracing::info!(
+                instance = id,
+                "the state store restarted: restoring the observations"
+            );
+            let _ = self.commands.send(Command::Restore);
+        }
     }
 
     fn set_state(&self, state: ConnectionState) {
@@ -70,6 +92,10 @@ impl<E: EventSource> Session<E> {
                 let _ = ready.send(Ok(()));
             }
             None => {
+                // This restore registers with whichever store instance listens now: the first
+                // instance id seen from here on is the new baseline, not a restart to react
+                // to a second time.
+                self.shared.instance.reset();
                 let _ = self.commands.send(Command::Restore);
             }
         }
@@ -228,6 +254,10 @@ impl<E: EventSource> Session<E> {
     }
 
     fn route(&self, message: crate::client::transport::IncomingMessage) {
+        self.check_instance(&message);
+        if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+            return;
+        }
         if message.topic == self.shared.response_topic.as_bytes() {
             self.shared.route_response(message);
         } else if message
@@ -517,6 +547,60 @@ mod tests {
         assert_eq!(subscribes.lock().unwrap().len(), 1);
         assert!(waiter.await.unwrap().is_err());
         task.abort();
+    }
+
+    fn announcement(id: &str) -> Result<TransportEvent, String> {
+        Ok(TransportEvent::Message(IncomingMessage {
+            topic: Bytes::from_static(crate::instance::INSTANCE_TOPIC.as_bytes()),
+            payload: Bytes::copy_from_slice(id.as_bytes()),
+            correlation: None,
+            user_properties: vec![],
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_new_store_instance_restores_the_observations() {
+        let mut h = start(vec![
+            Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }),
+            Ok(TransportEvent::SubscribeSent(1)),
+            Ok(TransportEvent::SubAck {
+                id: 1,
+                result: Ok(()),
+            }),
+            announcement("first"),
+            // A response from the same instance: nothing to do.
+            Ok(TransportEvent::Message(IncomingMessage {
+                topic: Bytes::from(h_response_topic()),
+                payload: Bytes::new(),
+                correlation: None,
+                user_properties: vec![(
+                    crate::instance::INSTANCE_PROPERTY.to_owned(),
+                    "first".to_owned(),
+                )],
+            })),
+            announcement("second"),
+        ]);
+        h.ready.await.unwrap().unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), h.commands.recv()).await {
+            Ok(Some(Command::Restore)) => {}
+            other => panic!("expected a restore, got {other:?}"),
+        }
+        assert_eq!(h.shared.instance.current().as_deref(), Some("second"));
+        // Exactly one restore.
+        assert!(h.commands.try_recv().is_err());
+        // The instance topic is subscribed with the others.
+        let subs = h.subscribes.lock().unwrap().clone();
+        assert_eq!(subs[0].len(), 3);
+        assert_eq!(subs[0][2], crate::instance::INSTANCE_TOPIC);
+        h.shutdown.send_replace(true);
+        h.task.await.unwrap();
+    }
+
+    fn h_response_topic() -> String {
+        crate::topics::response_topic("c1")
     }
 
     #[tokio::test]

@@ -29,6 +29,10 @@ use rumqttc::{NetworkOptions, Outgoing, TlsConfiguration, Transport};
 use crate::client::options::{ConnectOptions, SAT_AUTH_METHOD};
 use crate::protocol::errors::Error;
 
+/// How many leading filters of the first SUBSCRIBE must be granted (response topic and
+/// notification filter); the rest are optional extensions.
+const REQUIRED_FILTERS: usize = 2;
+
 /// A request to publish (QoS 1, on the request topic).
 #[derive(Debug)]
 pub(crate) struct OutgoingRequest {
@@ -258,9 +262,18 @@ impl EventSource for RumqttcEvents {
                 max_packet_size: ack.properties.as_ref().and_then(|p| p.max_packet_size),
             },
             Event::Incoming(Packet::SubAck(ack)) => {
+                // Only the first two filters (response topic, notification filter) are
+                // needed; later ones are extensions (the store instance topic), whose refusal
+                // only costs that extension.
+                for code in ack.return_codes.iter().skip(REQUIRED_FILTERS) {
+                    if !matches!(code, SubscribeReasonCode::Success(_)) {
+                        tracing::warn!(?code, "optional subscription refused by the broker");
+                    }
+                }
                 let refused: Vec<String> = ack
                     .return_codes
                     .iter()
+                    .take(REQUIRED_FILTERS)
                     .filter(|c| !matches!(c, SubscribeReasonCode::Success(_)))
                     .map(|c| format!("{c:?}"))
                     .collect();

@@ -11,5 +11,6 @@
 
 pub mod errors;
 pub mod hlc;
+pub mod instance;
 pub mod resp3;
 pub mod topics;
