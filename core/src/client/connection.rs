@@ -549,7 +549,7 @@ mod tests {
         task.abort();
     }
 
-    fn announcement(id: &str) -> Result<TransportEvent, String> {
+    fn announcement(id: &str) -> Result<TransportEvent, PollError> {
         Ok(TransportEvent::Message(IncomingMessage {
             topic: Bytes::from_static(crate::instance::INSTANCE_TOPIC.as_bytes()),
             payload: Bytes::copy_from_slice(id.as_bytes()),
