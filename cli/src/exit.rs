@@ -10,8 +10,8 @@
 //! | 1 | miss: the key does not exist (`get`, `del`, `vdel`) |
 //! | 2 | usage: bad arguments, bad URL, unreadable input file, unwritable stdout |
 //! | 3 | not applied: `set --nx/--nex` condition failed, `vdel` value differs, lock held |
-//! | 4 | connection: the broker could not be reached, refused us, sent no CONNACK within `--timeout`, or the link dropped |
-//! | 5 | timeout: the state store did not answer a request within `--timeout`, or `--wait` ran out |
+//! | 4 | connection: the broker could not be reached, refused us, or the link dropped |
+//! | 5 | timeout: the broker sent no CONNACK, or the state store did not answer a request, within `--timeout`; or `--wait` ran out |
 //! | 6 | service: the state store answered an error, or an answer broke the protocol |
 //! | 7 | lost: `lock` / `elect` lost the lease while the command ran (it got SIGTERM) |
 //! | 130 | interrupted (Ctrl-C) before anything was done |

@@ -29,8 +29,8 @@ Exit codes:
   1    miss: no such key (get, del, vdel)
   2    usage: bad arguments, bad URL, unreadable file
   3    not applied: set --nx/--nex condition failed, vdel value differs, lock held
-  4    connection: broker unreachable, refused, silent (no CONNACK within --timeout), or dropped
-  5    timeout: the state store did not answer within --timeout, or --wait ran out
+  4    connection: broker unreachable, refused, or dropped
+  5    timeout: no CONNACK or no answer from the state store within --timeout, or --wait ran out
   6    service: the state store answered an error
   7    lost: lock / elect lost the lease while the command ran (it got SIGTERM)
   130  interrupted (Ctrl-C)
