@@ -66,6 +66,16 @@ struct ServeArgs {
 
     #[command(flatten)]
     iothub: iothub::ServeHubArgs,
+
+    /// Do not serve the web dashboard (by default it is at http://127.0.0.1:8880/dashboard/,
+    /// on the IoT Hub admin API's port; it needs the hub, so --no-iothub turns it off too).
+    #[arg(long)]
+    no_dashboard: bool,
+
+    /// Let the dashboard set and delete keys, send C2D messages and purge queues (it is
+    /// read-only without this flag).
+    #[arg(long, conflicts_with = "no_dashboard")]
+    dashboard_edit: bool,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -102,6 +112,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
     config.iothub = args.iothub.to_config();
+    config.dashboard = (!args.no_dashboard).then_some(mqstate_server::dashboard::DashboardConfig {
+        edit: args.dashboard_edit,
+    });
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };
@@ -122,6 +135,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     if let Some(hub) = server.iothub() {
         iothub::announce(&hub, &args.iothub)?;
+        if let (false, Some(admin)) = (args.no_dashboard, hub.endpoints().admin_endpoint) {
+            tracing::info!(
+                url = %format!("http://{admin}/dashboard/"),
+                edit = args.dashboard_edit,
+                "mqstate serve: dashboard ready"
+            );
+        }
     }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");

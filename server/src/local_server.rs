@@ -64,6 +64,8 @@ pub struct ServerConfig {
     /// The local IoT Hub to run beside the store (`None`, the default: no hub). See
     /// [`crate::iothub`] and [`LocalServer::iothub`].
     pub iothub: Option<crate::iothub::IotHubConfig>,
+    /// The web dashboard, served by the IoT Hub's admin API server (so only with `iothub`).
+    pub dashboard: Option<crate::dashboard::DashboardConfig>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -81,6 +83,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
             .field("connect_timeout", &self.connect_timeout)
             .field("iothub", &self.iothub)
+            .field("dashboard", &self.dashboard)
             .finish()
     }
 }
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             wall_clock: None,
             connect_timeout: Duration::from_secs(10),
             iothub: None,
+            dashboard: None,
         }
     }
 }
@@ -161,6 +165,26 @@ impl ServerConfig {
     pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = Some(clock);
         self
+    }
+}
+
+/// Starts the IoT Hub, with the dashboard's routes on its admin API server when it is on.
+async fn start_hub(
+    hub_config: crate::iothub::IotHubConfig,
+    dashboard: Option<crate::dashboard::DashboardConfig>,
+    monitor: Option<crate::dashboard::Monitor>,
+    host: &str,
+    port: u16,
+) -> Result<crate::iothub::IotHubServer, crate::iothub::IotHubError> {
+    match (dashboard, monitor) {
+        (Some(dashboard), Some(monitor)) => {
+            let broker = (host.to_owned(), port);
+            crate::iothub::IotHubServer::start_with_routes(hub_config, move |hub| {
+                crate::dashboard::routes::router(monitor, Some(hub), dashboard.edit, broker)
+            })
+            .await
+        }
+        _ => crate::iothub::IotHubServer::start(hub_config).await,
     }
 }
 
@@ -243,7 +267,9 @@ impl LocalServer {
             max_drift: config.max_drift,
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
+            monitor: config.dashboard.map(|_| crate::dashboard::Monitor::new()),
         };
+        let monitor = handler.monitor.clone();
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -298,16 +324,18 @@ impl LocalServer {
             }
         };
         let iothub = match config.iothub {
-            Some(hub_config) => match crate::iothub::IotHubServer::start(hub_config).await {
-                Ok(hub) => Some(hub),
-                Err(e) => {
-                    service.shutdown().await;
-                    if let Some(b) = broker {
-                        b.shutdown().await;
+            Some(hub_config) => {
+                match start_hub(hub_config, config.dashboard, monitor, &host, port).await {
+                    Ok(hub) => Some(hub),
+                    Err(e) => {
+                        service.shutdown().await;
+                        if let Some(b) = broker {
+                            b.shutdown().await;
+                        }
+                        return Err(e.into());
                     }
-                    return Err(e.into());
                 }
-            },
+            }
             None => None,
         };
         Ok(LocalServer {
