@@ -107,10 +107,11 @@ let keysTimer = null;
 function onChange(c) {
   if (c.seq <= lastSeq) return; // replayed backlog after a reconnect
   lastSeq = c.seq;
-  const text = c.kind === "set" ? ` = ${c.value}` : "";
+  const value = c.kind === "set"
+    ? [" = ", el("span", { class: c.valueEncoding === "hex" ? "hex" : "" }, c.value)] : [];
   const li = el("li", { "data-kind": c.kind, "data-key": c.key },
     el("span", { class: `kind kind-${c.kind}` }, c.kind.toUpperCase()), " ",
-    el("span", { class: c.keyEncoding === "hex" ? "hex" : "" }, c.key), text, " ",
+    el("span", { class: c.keyEncoding === "hex" ? "hex" : "" }, c.key), ...value, " ",
     el("span", { class: "muted" }, `${c.at.slice(11, 23)}${c.version ? ` · ${c.version}` : ""}`));
   const feed = $("#feed");
   feed.prepend(li);
