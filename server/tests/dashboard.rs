@@ -2,6 +2,14 @@
 //! the embedded page, the JSON views fed by the store hook, the server-sent events, and the
 //! read-only default. (The page itself is tested in Chromium: `scripts/test-dashboard`.)
 
+// Helpers outside #[test] functions panic on purpose too: that is a test failure.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -152,7 +152,7 @@ async fn feedback(State(ctx): State<Ctx>) -> Response {
 }
 
 /// The live feed: the recent changes, then each new one, as `change` events whose data is
-/// the change's JSON. A page that falls too far behind gets a `lagged` event (and reloads).
+/// the change's JSON. A page that falls too far behind gets a `lagged` event (it says so).
 async fn changes(State(ctx): State<Ctx>) -> Response {
     let (recent, rx) = ctx.monitor.recent_and_subscribe();
     let backlog = futures_util::stream::iter(recent.into_iter().map(|c| Ok(change_event(&c))));
