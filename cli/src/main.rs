@@ -68,7 +68,7 @@ struct ServeArgs {
     iothub: iothub::ServeHubArgs,
 
     /// Do not serve the web dashboard (by default it is at http://127.0.0.1:8880/dashboard/,
-    /// on the IoT Hub admin API's port; it needs the hub, so --no-iothub turns it off too).
+    /// on the IoT Hub admin API's server; with --no-iothub it keeps that address on its own).
     #[arg(long)]
     no_dashboard: bool,
 
@@ -114,6 +114,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.iothub = args.iothub.to_config();
     config.dashboard = (!args.no_dashboard).then_some(mqstate_server::dashboard::DashboardConfig {
         edit: args.dashboard_edit,
+        // Without the hub, the dashboard keeps the admin API's address on its own server.
+        standalone_addr: Some(std::net::SocketAddr::new(
+            args.iothub.iothub_bind,
+            args.iothub.iothub_admin_port,
+        )),
     });
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
@@ -135,13 +140,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     if let Some(hub) = server.iothub() {
         iothub::announce(&hub, &args.iothub)?;
-        if let (false, Some(admin)) = (args.no_dashboard, hub.endpoints().admin_endpoint) {
-            tracing::info!(
-                url = %format!("http://{admin}/dashboard/"),
-                edit = args.dashboard_edit,
-                "mqstate serve: dashboard ready"
-            );
-        }
+    }
+    if let Some(addr) = server.dashboard_addr() {
+        tracing::info!(
+            url = %format!("http://{addr}/dashboard/"),
+            edit = args.dashboard_edit,
+            "mqstate serve: dashboard ready"
+        );
     }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");

@@ -251,6 +251,9 @@ pub struct LocalServer {
     broker: Option<EmbeddedBroker>,
     service: Option<Service>,
     iothub: Option<crate::iothub::IotHubServer>,
+    /// The dashboard's own server, when it runs without the hub.
+    dashboard: Option<crate::dashboard::DashboardServer>,
+    dashboard_on: bool,
 }
 
 impl LocalServer {
@@ -325,7 +328,7 @@ impl LocalServer {
         };
         let iothub = match config.iothub {
             Some(hub_config) => {
-                match start_hub(hub_config, config.dashboard, monitor, &host, port).await {
+                match start_hub(hub_config, config.dashboard, monitor.clone(), &host, port).await {
                     Ok(hub) => Some(hub),
                     Err(e) => {
                         service.shutdown().await;
@@ -338,12 +341,38 @@ impl LocalServer {
             }
             None => None,
         };
+        let dashboard = match (&iothub, config.dashboard, monitor) {
+            (None, Some(dashboard), Some(monitor)) => {
+                let addr = dashboard
+                    .standalone_addr
+                    .unwrap_or_else(|| SocketAddr::new(config.bind, 0));
+                let router = crate::dashboard::routes::router(
+                    monitor,
+                    None,
+                    dashboard.edit,
+                    (host.clone(), port),
+                );
+                match crate::dashboard::DashboardServer::start(addr, router).await {
+                    Ok(server) => Some(server),
+                    Err(e) => {
+                        service.shutdown().await;
+                        if let Some(b) = broker {
+                            b.shutdown().await;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(LocalServer {
             host,
             port,
             broker,
             service: Some(service),
             iothub,
+            dashboard,
+            dashboard_on: config.dashboard.is_some(),
         })
     }
 
@@ -406,9 +435,22 @@ impl LocalServer {
         self.iothub.as_ref().map(crate::iothub::IotHubServer::hub)
     }
 
+    /// The address of the dashboard's HTTP server (the hub's admin API server, or its own
+    /// when the hub is off), if the dashboard is on.
+    pub fn dashboard_addr(&self) -> Option<SocketAddr> {
+        match (&self.dashboard, &self.iothub) {
+            (Some(d), _) => Some(d.local_addr()),
+            (None, Some(hub)) if self.dashboard_on => hub.hub().endpoints().admin_endpoint,
+            _ => None,
+        }
+    }
+
     /// Stops the IoT Hub (if any), the state store, then the embedded broker, and waits for
     /// them (a few seconds at most).
     pub async fn shutdown(mut self) {
+        if let Some(dashboard) = self.dashboard.take() {
+            dashboard.shutdown().await;
+        }
         if let Some(hub) = self.iothub.take() {
             hub.shutdown().await;
         }

@@ -29,7 +29,10 @@ async fn start(edit: bool) -> (LocalServer, SocketAddr, Client) {
         devices: vec![DeviceSpec::parse("dev1").unwrap()],
         ..IotHubConfig::default()
     });
-    config.dashboard = Some(DashboardConfig { edit });
+    config.dashboard = Some(DashboardConfig {
+        edit,
+        ..DashboardConfig::default()
+    });
     let server = LocalServer::start_with(config).await.unwrap();
     let admin = server.iothub().unwrap().endpoints().admin_endpoint.unwrap();
     let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
@@ -259,6 +262,28 @@ async fn edits_with_the_flag() {
         "ack none: no feedback"
     );
 
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn own_server_without_the_hub() {
+    let mut config = ServerConfig::default();
+    config.dashboard = Some(DashboardConfig::default());
+    let server = LocalServer::start_with(config).await.unwrap();
+    assert!(server.iothub().is_none());
+    let addr = server.dashboard_addr().unwrap();
+    let info = json(addr, "/dashboard/api/info").await;
+    assert_eq!(info["iothub"], false);
+    assert_eq!(info["edit"], false);
+    let (status, body) = call(addr, Method::GET, "/dashboard/api/feedback", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&body).contains("NoIotHub"));
+    let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+        .await
+        .unwrap();
+    client.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(json(addr, "/dashboard/api/keys").await["total"], 1);
     client.close().await;
     server.shutdown().await;
 }

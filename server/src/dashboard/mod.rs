@@ -12,6 +12,7 @@
 //! - [`Monitor`]: the store's hook; the [`Handler`](crate::handler::Handler) calls it on every
 //!   change when `HandlerConfig::monitor` is set.
 //! - [`routes`]: the HTTP routes, documented in `docs/dashboard.md`.
+//! - [`DashboardServer`]: the dashboard's own HTTP server, when the hub is off.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -20,7 +21,7 @@
 //! use mqstate_server::{LocalServer, ServerConfig};
 //!
 //! let mut config = ServerConfig::default().with_iothub(IotHubConfig::default());
-//! config.dashboard = Some(DashboardConfig { edit: false });
+//! config.dashboard = Some(DashboardConfig::default()); // read-only
 //! let server = LocalServer::start_with(config).await?;
 //! let admin = server.iothub().and_then(|hub| hub.endpoints().admin_endpoint);
 //! println!("dashboard: http://{}/dashboard/", admin.unwrap());
@@ -30,11 +31,13 @@
 
 mod monitor;
 pub mod routes;
+mod standalone;
 
 pub use monitor::{
     Change, ChangeKind, ClientView, KeyView, LeaseView, METRICS_WINDOW_SECS, MetricsView, Monitor,
     display,
 };
+pub use standalone::DashboardServer;
 
 /// Settings of the dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,4 +45,9 @@ pub struct DashboardConfig {
     /// Allow the page to set and delete keys, send C2D messages and purge queues
     /// (`--dashboard-edit`); without it those routes answer `403 ReadOnly`.
     pub edit: bool,
+    /// Where the dashboard listens when the IoT Hub is off (with the hub, it is served by
+    /// the hub's admin API server and this is unused). `None`: the server's bind address and
+    /// any free port. `mqstate serve` passes `--iothub-bind` and `--iothub-admin-port`, so the
+    /// address is the same with or without the hub.
+    pub standalone_addr: Option<std::net::SocketAddr>,
 }
