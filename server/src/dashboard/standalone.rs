@@ -53,13 +53,12 @@ impl DashboardServer {
     /// Stops it; open event streams are cut after a few seconds.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        if let Some(task) = self.task.take() {
-            if tokio::time::timeout(std::time::Duration::from_secs(3), task)
+        if let Some(task) = self.task.take()
+            && tokio::time::timeout(std::time::Duration::from_secs(3), task)
                 .await
                 .is_err()
-            {
-                tracing::debug!("dashboard: event streams still open at shutdown");
-            }
+        {
+            tracing::debug!("dashboard: event streams still open at shutdown");
         }
     }
 }
