@@ -268,8 +268,10 @@ async fn edits_with_the_flag() {
 
 #[tokio::test]
 async fn own_server_without_the_hub() {
-    let mut config = ServerConfig::default();
-    config.dashboard = Some(DashboardConfig::default());
+    let config = ServerConfig {
+        dashboard: Some(DashboardConfig::default()),
+        ..ServerConfig::default()
+    };
     let server = LocalServer::start_with(config).await.unwrap();
     assert!(server.iothub().is_none());
     let addr = server.dashboard_addr().unwrap();
