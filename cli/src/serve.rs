@@ -46,6 +46,16 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub iothub: crate::iothub::ServeHubArgs,
+
+    /// Do not serve the web dashboard (by default it is at http://127.0.0.1:8880/dashboard/,
+    /// on the IoT Hub admin API's server; with --no-iothub it keeps that address on its own).
+    #[arg(long)]
+    pub no_dashboard: bool,
+
+    /// Let the dashboard set and delete keys, send C2D messages and purge queues (it is
+    /// read-only without this flag).
+    #[arg(long, conflicts_with = "no_dashboard")]
+    pub dashboard_edit: bool,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -82,6 +92,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
     config.iothub = args.iothub.to_config();
+    config.dashboard = (!args.no_dashboard).then_some(mqstate_server::dashboard::DashboardConfig {
+        edit: args.dashboard_edit,
+        // Without the hub, the dashboard keeps the admin API's address on its own server.
+        standalone_addr: Some(std::net::SocketAddr::new(
+            args.iothub.iothub_bind,
+            args.iothub.iothub_admin_port,
+        )),
+    });
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };
@@ -102,6 +120,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     if let Some(hub) = server.iothub() {
         crate::iothub::announce(&hub, &args.iothub)?;
+    }
+    if let Some(addr) = server.dashboard_addr() {
+        tracing::info!(
+            url = %format!("http://{addr}/dashboard/"),
+            edit = args.dashboard_edit,
+            "mqstate serve: dashboard ready"
+        );
     }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");

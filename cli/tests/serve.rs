@@ -181,6 +181,8 @@ fn serve_help_documents_every_flag() {
         "--max-keys",
         "--max-packet-size",
         "--log",
+        "--no-dashboard",
+        "--dashboard-edit",
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }

@@ -70,6 +70,8 @@ pub struct HandlerConfig {
     /// client id with no open connection then comes from a connection that has already ended,
     /// and is not registered (it would never be dropped).
     pub complete_connection_events: bool,
+    /// The dashboard's hook: told of every change, connection and request (`None`: off).
+    pub monitor: Option<crate::dashboard::Monitor>,
 }
 
 impl Default for HandlerConfig {
@@ -80,6 +82,7 @@ impl Default for HandlerConfig {
             max_drift: DEFAULT_MAX_DRIFT,
             wall_clock: None,
             complete_connection_events: false,
+            monitor: None,
         }
     }
 }
@@ -150,6 +153,7 @@ pub struct Handler {
     registrations: Registrations,
     clock: HlcClock,
     complete_connection_events: bool,
+    monitor: Option<crate::dashboard::Monitor>,
 }
 
 impl Handler {
@@ -165,6 +169,7 @@ impl Handler {
             registrations: Registrations::default(),
             clock,
             complete_connection_events: config.complete_connection_events,
+            monitor: config.monitor,
         }
     }
 
@@ -192,6 +197,9 @@ impl Handler {
     pub fn expire(&mut self, now: Instant) -> Vec<Notification> {
         let mut notifications = Vec::new();
         for (key, _entry) in self.store.expire_due(now) {
+            if let Some(m) = &self.monitor {
+                m.key_deleted(&key, None, crate::dashboard::ChangeKind::Expire);
+            }
             if self.registrations.observers(&key).next().is_none() {
                 continue;
             }
@@ -210,12 +218,18 @@ impl Handler {
     /// A connection of `client_id` opened (from the broker's events).
     pub fn client_connected(&mut self, client_id: &str) {
         self.registrations.client_connected(client_id);
+        if let Some(m) = &self.monitor {
+            m.client_connected(client_id);
+        }
     }
 
     /// A connection of `client_id` closed (from the broker's events): when it was the last,
     /// the client's registrations are dropped. Returns how many were.
     pub fn client_disconnected(&mut self, client_id: &str) -> usize {
         let dropped = self.registrations.client_disconnected(client_id);
+        if let Some(m) = &self.monitor {
+            m.client_disconnected(client_id);
+        }
         if dropped > 0 {
             tracing::debug!(client_id, dropped, "client gone: registrations dropped");
         }
@@ -224,11 +238,15 @@ impl Handler {
 
     /// Handles one request. `now` is the monotonic time of execution (the base of `PX`).
     pub fn handle(&mut self, ctx: &RequestContext<'_>, payload: &Bytes, now: Instant) -> Outcome {
+        let started = Instant::now();
         let mut notifications = self.expire(now);
         let answer = match self.execute(ctx, payload, now, &mut notifications) {
             Ok(answer) => answer,
             Err(e) => Answer::error(&e),
         };
+        if let Some(m) = &self.monitor {
+            m.request_handled(started.elapsed());
+        }
         Outcome {
             answer,
             notifications,
@@ -284,6 +302,9 @@ impl Handler {
                 condition,
                 expiry_ms,
             } => {
+                // NEX with PX is how leases and locks are taken and renewed.
+                let lease =
+                    condition == resp3::SetCondition::NotExistsOrEqual && expiry_ms.is_some();
                 let args = SetArgs {
                     key: key.clone(),
                     value: value.clone(),
@@ -297,6 +318,9 @@ impl Handler {
                     .map_err(store_error)?
                 {
                     SetOutcome::Applied => {
+                        if let (Some(m), Some(entry)) = (&self.monitor, self.store.get(&key)) {
+                            m.key_set(&key, entry, lease);
+                        }
                         let mut buf = BytesMut::new();
                         resp3::encode_notify_set(&mut buf, &value);
                         self.notify(&key, &buf.freeze(), &clock, notifications);
@@ -318,6 +342,9 @@ impl Handler {
                     .del(&key, fencing_token.as_ref())
                     .map_err(store_error)?;
                 if deleted > 0 {
+                    if let Some(m) = &self.monitor {
+                        m.key_deleted(&key, Some(&clock), crate::dashboard::ChangeKind::Delete);
+                    }
                     self.notify(&key, &delete_payload(), &clock, notifications);
                 }
                 Ok(Answer::new(
@@ -331,6 +358,9 @@ impl Handler {
                     .vdel(&key, &value, fencing_token.as_ref())
                     .map_err(store_error)?;
                 if outcome == crate::store::VdelOutcome::Deleted {
+                    if let Some(m) = &self.monitor {
+                        m.key_deleted(&key, Some(&clock), crate::dashboard::ChangeKind::Delete);
+                    }
                     self.notify(&key, &delete_payload(), &clock, notifications);
                 }
                 Ok(Answer::new(
@@ -343,6 +373,9 @@ impl Handler {
                     return Err(ServiceError::Unknown(NO_CLIENT_ID_TEXT.to_owned()));
                 };
                 if stop {
+                    if let Some(m) = &self.monitor {
+                        m.keynotify(client_id, &key, false);
+                    }
                     if self.registrations.unregister(client_id, &key) {
                         Ok(Answer::new(&Reply::OK, None))
                     } else {
@@ -357,6 +390,9 @@ impl Handler {
                             "KEYNOTIFY from a connection that has ended: not registered"
                         );
                     } else {
+                        if let Some(m) = &self.monitor {
+                            m.keynotify(client_id, &key, true);
+                        }
                         self.registrations.register(client_id, key);
                     }
                     Ok(Answer::new(&Reply::OK, None))

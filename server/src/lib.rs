@@ -14,6 +14,7 @@
 //! - [`dedup`]: the duplicate-request cache.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //!
@@ -35,6 +36,7 @@
 
 pub mod admission;
 pub mod broker;
+pub mod dashboard;
 pub mod dedup;
 mod error;
 pub mod fault_proxy;

@@ -64,6 +64,9 @@ pub struct ServerConfig {
     /// The local IoT Hub to run beside the store (`None`, the default: no hub). See
     /// [`crate::iothub`] and [`LocalServer::iothub`].
     pub iothub: Option<crate::iothub::IotHubConfig>,
+    /// The web dashboard, served by the IoT Hub's admin API server, or by a server of its own
+    /// when `iothub` is off (see [`crate::dashboard::DashboardConfig::standalone_addr`]).
+    pub dashboard: Option<crate::dashboard::DashboardConfig>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -81,6 +84,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
             .field("connect_timeout", &self.connect_timeout)
             .field("iothub", &self.iothub)
+            .field("dashboard", &self.dashboard)
             .finish()
     }
 }
@@ -100,6 +104,7 @@ impl Default for ServerConfig {
             wall_clock: None,
             connect_timeout: Duration::from_secs(10),
             iothub: None,
+            dashboard: None,
         }
     }
 }
@@ -161,6 +166,26 @@ impl ServerConfig {
     pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = Some(clock);
         self
+    }
+}
+
+/// Starts the IoT Hub, with the dashboard's routes on its admin API server when it is on.
+async fn start_hub(
+    hub_config: crate::iothub::IotHubConfig,
+    dashboard: Option<crate::dashboard::DashboardConfig>,
+    monitor: Option<crate::dashboard::Monitor>,
+    host: &str,
+    port: u16,
+) -> Result<crate::iothub::IotHubServer, crate::iothub::IotHubError> {
+    match (dashboard, monitor) {
+        (Some(dashboard), Some(monitor)) => {
+            let broker = (host.to_owned(), port);
+            crate::iothub::IotHubServer::start_with_routes(hub_config, move |hub| {
+                crate::dashboard::routes::router(monitor, Some(hub), dashboard.edit, broker)
+            })
+            .await
+        }
+        _ => crate::iothub::IotHubServer::start(hub_config).await,
     }
 }
 
@@ -227,6 +252,9 @@ pub struct LocalServer {
     broker: Option<EmbeddedBroker>,
     service: Option<Service>,
     iothub: Option<crate::iothub::IotHubServer>,
+    /// The dashboard's own server, when it runs without the hub.
+    dashboard: Option<crate::dashboard::DashboardServer>,
+    dashboard_on: bool,
 }
 
 impl LocalServer {
@@ -243,7 +271,9 @@ impl LocalServer {
             max_drift: config.max_drift,
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
+            monitor: config.dashboard.map(|_| crate::dashboard::Monitor::new()),
         };
+        let monitor = handler.monitor.clone();
         let mut service_config = ServiceConfig::new(String::new(), 0);
         if let Some(id) = &config.client_id {
             service_config.client_id.clone_from(id);
@@ -305,17 +335,43 @@ impl LocalServer {
             }
         };
         let iothub = match config.iothub {
-            Some(hub_config) => match crate::iothub::IotHubServer::start(hub_config).await {
-                Ok(hub) => Some(hub),
-                Err(e) => {
-                    service.shutdown().await;
-                    if let Some(b) = broker {
-                        b.shutdown().await;
+            Some(hub_config) => {
+                match start_hub(hub_config, config.dashboard, monitor.clone(), &host, port).await {
+                    Ok(hub) => Some(hub),
+                    Err(e) => {
+                        service.shutdown().await;
+                        if let Some(b) = broker {
+                            b.shutdown().await;
+                        }
+                        return Err(e.into());
                     }
-                    return Err(e.into());
                 }
-            },
+            }
             None => None,
+        };
+        let dashboard = match (&iothub, config.dashboard, monitor) {
+            (None, Some(dashboard), Some(monitor)) => {
+                let addr = dashboard
+                    .standalone_addr
+                    .unwrap_or_else(|| SocketAddr::new(config.bind, 0));
+                let router = crate::dashboard::routes::router(
+                    monitor,
+                    None,
+                    dashboard.edit,
+                    (host.clone(), port),
+                );
+                match crate::dashboard::DashboardServer::start(addr, router).await {
+                    Ok(server) => Some(server),
+                    Err(e) => {
+                        service.shutdown().await;
+                        if let Some(b) = broker {
+                            b.shutdown().await;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            _ => None,
         };
         // Only now may clients connect to the embedded broker: the store is subscribed.
         if let Some(gate) = broker.as_ref().and_then(EmbeddedBroker::admission_gate) {
@@ -328,6 +384,8 @@ impl LocalServer {
             broker,
             service: Some(service),
             iothub,
+            dashboard,
+            dashboard_on: config.dashboard.is_some(),
         })
     }
 
@@ -390,9 +448,22 @@ impl LocalServer {
         self.iothub.as_ref().map(crate::iothub::IotHubServer::hub)
     }
 
-    /// Stops the IoT Hub (if any), the state store, then the embedded broker, and waits for
-    /// them (a few seconds at most).
+    /// The address of the dashboard's HTTP server (the hub's admin API server, or its own
+    /// when the hub is off), if the dashboard is on.
+    pub fn dashboard_addr(&self) -> Option<SocketAddr> {
+        match (&self.dashboard, &self.iothub) {
+            (Some(d), _) => Some(d.local_addr()),
+            (None, Some(hub)) if self.dashboard_on => hub.hub().endpoints().admin_endpoint,
+            _ => None,
+        }
+    }
+
+    /// Stops the dashboard and the IoT Hub (if any), the state store, then the embedded broker,
+    /// and waits for them (a few seconds at most).
     pub async fn shutdown(mut self) {
+        if let Some(dashboard) = self.dashboard.take() {
+            dashboard.shutdown().await;
+        }
         if let Some(hub) = self.iothub.take() {
             hub.shutdown().await;
         }

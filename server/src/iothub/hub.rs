@@ -74,7 +74,12 @@ struct State {
     feedback: Feedback,
     next_sequence: u64,
     next_connection: u64,
+    /// The last feedback records made, for the dashboard (receiving batches takes them away).
+    recent_feedback: VecDeque<FeedbackRecord>,
 }
+
+/// How many feedback records [`IotHub::recent_feedback`] keeps.
+const RECENT_FEEDBACK: usize = 100;
 
 /// Addresses of a running hub's listeners.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -209,6 +214,7 @@ impl IotHub {
                     feedback: Feedback::new(limits, Instant::now()),
                     next_sequence: 1,
                     next_connection: 1,
+                    recent_feedback: VecDeque::new(),
                 }),
                 config,
                 timer: Notify::new(),
@@ -466,6 +472,10 @@ impl IotHub {
                     device_id: device_id.to_owned(),
                     device_generation_id: generation.to_owned(),
                 };
+                if state.recent_feedback.len() == RECENT_FEEDBACK {
+                    state.recent_feedback.pop_front();
+                }
+                state.recent_feedback.push_back(record.clone());
                 made |= state.feedback.add(record, now);
             }
         }
@@ -511,6 +521,12 @@ impl IotHub {
     }
 
     // ----- feedback -----
+
+    /// The last 100 feedback records made (oldest first), whether or not a back-end has
+    /// received them yet: a view for the dashboard, which must not take batches away.
+    pub fn recent_feedback(&self) -> Vec<FeedbackRecord> {
+        self.state().recent_feedback.iter().cloned().collect()
+    }
 
     /// Receives the next feedback batch, waiting up to `wait` for one; the batch is locked for
     /// the feedback lock duration: complete it with [`IotHub::complete_feedback`], or it is

@@ -73,6 +73,15 @@ impl IotHubServer {
     /// Validates the configuration, registers its devices, binds the device endpoint (and the
     /// admin API unless `admin_port` is `None`) and starts serving.
     pub async fn start(config: IotHubConfig) -> Result<IotHubServer, IotHubError> {
+        IotHubServer::start_with_routes(config, |_| axum::Router::new()).await
+    }
+
+    /// [`IotHubServer::start`], with more routes served by the admin API's HTTP server (the
+    /// dashboard's): `extra` gets the hub and returns them.
+    pub async fn start_with_routes(
+        config: IotHubConfig,
+        extra: impl FnOnce(IotHub) -> axum::Router,
+    ) -> Result<IotHubServer, IotHubError> {
         let hub = IotHub::new(config)?;
         let config = hub.config().clone();
         let tls = tls::acceptor(&config.tls, &config.hostname)?;
@@ -118,7 +127,7 @@ impl IotHubServer {
             )),
         ];
         if let Some((listener, addr)) = admin {
-            let router = http::router(hub.clone());
+            let router = extra(hub.clone()).merge(http::router(hub.clone()));
             let mut stop_http = stop_rx.clone();
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {

@@ -1,0 +1,600 @@
+//! The dashboard's view of the store: a hook the [`Handler`](crate::handler::Handler) calls on
+//! every change (SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), a mirror of
+//! the keys for browsing by prefix, a feed of changes for server-sent events, and per-second
+//! request counts and latencies for the chart.
+//!
+//! The handler owns the store and runs on one task; the dashboard's HTTP handlers run on
+//! others. Rather than share the store behind a lock (which would put every HTTP read in the
+//! request path), the monitor keeps its own copy of what the page shows, updated by the
+//! handler's calls. It only exists when the dashboard is on.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use mqstate_server::dashboard::{ChangeKind, Monitor};
+//!
+//! let monitor = Monitor::new();
+//! let mut feed = monitor.subscribe();
+//! monitor.key_deleted(&Bytes::from_static(b"k"), None, ChangeKind::Expire);
+//! assert_eq!(feed.try_recv().unwrap().kind, ChangeKind::Expire);
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use mqstate::Hlc;
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::store::Entry;
+
+/// How many changes the page gets when it (re)connects, and how many a slow page may lag.
+const FEED_BACKLOG: usize = 200;
+/// How long the metrics look back (one bucket per second).
+pub const METRICS_WINDOW_SECS: u64 = 300;
+/// At most this many latency samples are kept per second; beyond it every other sample is
+/// dropped (the p99 of a busy second is then that of a regular sample of it).
+const MAX_SAMPLES_PER_SECOND: usize = 4096;
+/// Values longer than this are cut in the key table and the feed (the size column is exact).
+const VALUE_PREVIEW: usize = 4096;
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    /// A SET was applied.
+    Set,
+    /// DEL or VDEL deleted the key.
+    Delete,
+    /// The key's `PX` deadline passed.
+    Expire,
+}
+
+/// One entry of the live feed (JSON for the page).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// Increases by one per change, from 1.
+    pub seq: u64,
+    /// When the store applied it (RFC 3339, milliseconds).
+    pub at: String,
+    /// SET, DELETE or expiry.
+    pub kind: ChangeKind,
+    /// The key, as text or hex (see `key_encoding`).
+    pub key: String,
+    /// `text` or `hex`.
+    pub key_encoding: &'static str,
+    /// The new value of a SET (cut at 4 KiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `text` or `hex`, for a SET.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_encoding: Option<&'static str>,
+    /// The key's new version (SET) or the server clock of the deletion (DEL).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// One key as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyView {
+    /// The key, as text or hex.
+    pub key: String,
+    /// `text` or `hex`.
+    pub key_encoding: &'static str,
+    /// The value, as text or hex (cut at 4 KiB).
+    pub value: String,
+    /// `text` or `hex`.
+    pub value_encoding: &'static str,
+    /// The value's size in bytes.
+    pub size: usize,
+    /// The version of the last SET.
+    pub version: String,
+    /// The fencing token protecting the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<String>,
+    /// Milliseconds until the key expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// The last SET was `NEX` with `PX`: the way leases and locks are taken and renewed.
+    pub lease: bool,
+}
+
+/// A lease or lock: a key last set with `NEX` and `PX`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// The lock's key.
+    pub key: String,
+    /// The holder: the value the holder wrote (its name).
+    pub holder: String,
+    /// The fencing token the holder got: the version of its SET.
+    pub token: String,
+    /// Milliseconds until the lease lapses unless renewed.
+    pub ttl_ms: u64,
+}
+
+/// A client the store knows of, with its KEYNOTIFY registrations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientView {
+    /// The MQTT client id.
+    pub client_id: String,
+    /// Open connections (0 when only known from a KEYNOTIFY, with an external broker).
+    pub connections: u32,
+    /// The keys it observes, as text or hex.
+    pub keynotify: Vec<String>,
+}
+
+/// Requests per second and their p99 latency, one point per second, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsView {
+    /// Seconds covered.
+    pub window_secs: u64,
+    /// Requests handled in each second.
+    pub requests: Vec<u64>,
+    /// The p99 handling latency of each second, in microseconds (0 with no requests).
+    pub p99_micros: Vec<u64>,
+    /// Requests handled since the server started.
+    pub total_requests: u64,
+}
+
+#[derive(Debug)]
+struct KeyRecord {
+    value: Bytes,
+    version: Hlc,
+    fencing_token: Option<Hlc>,
+    expires_at: Option<Instant>,
+    lease: bool,
+}
+
+#[derive(Debug, Default)]
+struct ClientRecord {
+    connections: u32,
+    keys: BTreeSet<Bytes>,
+}
+
+#[derive(Debug, Default)]
+struct Second {
+    index: u64,
+    count: u64,
+    samples: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct State {
+    keys: BTreeMap<Bytes, KeyRecord>,
+    clients: BTreeMap<String, ClientRecord>,
+    recent: VecDeque<Change>,
+    next_seq: u64,
+    seconds: VecDeque<Second>,
+    total_requests: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    feed: broadcast::Sender<Change>,
+    started: Instant,
+}
+
+/// The store hook of the dashboard; cheap to clone. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    inner: Arc<Inner>,
+}
+
+impl Default for Monitor {
+    fn default() -> Self {
+        Monitor::new()
+    }
+}
+
+impl Monitor {
+    /// An empty monitor (attach it with `HandlerConfig::monitor`).
+    pub fn new() -> Monitor {
+        let (feed, _) = broadcast::channel(FEED_BACKLOG);
+        Monitor {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    keys: BTreeMap::new(),
+                    clients: BTreeMap::new(),
+                    recent: VecDeque::new(),
+                    next_seq: 1,
+                    seconds: VecDeque::new(),
+                    total_requests: 0,
+                }),
+                feed,
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is a display copy: after a panic elsewhere, showing it beats stopping.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A SET was applied; `entry` is the key as stored now, `lease` says it was `NEX` + `PX`.
+    pub fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
+        let mut state = self.state();
+        state.keys.insert(
+            key.clone(),
+            KeyRecord {
+                value: entry.value.clone(),
+                version: entry.version.clone(),
+                fencing_token: entry.fencing_token.clone(),
+                expires_at: entry.expires_at,
+                lease,
+            },
+        );
+        let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
+        self.push(
+            &mut state,
+            ChangeKind::Set,
+            key,
+            Some((value, value_encoding)),
+            Some(&entry.version),
+        );
+    }
+
+    /// The key was deleted (`Delete`, with the server clock of the deletion) or expired.
+    pub fn key_deleted(&self, key: &Bytes, version: Option<&Hlc>, kind: ChangeKind) {
+        let mut state = self.state();
+        state.keys.remove(key);
+        self.push(&mut state, kind, key, None, version);
+    }
+
+    fn push(
+        &self,
+        state: &mut State,
+        kind: ChangeKind,
+        key: &Bytes,
+        value: Option<(String, &'static str)>,
+        version: Option<&Hlc>,
+    ) {
+        let (key, key_encoding) = display(key, usize::MAX);
+        let (value, value_encoding) = match value {
+            Some((v, e)) => (Some(v), Some(e)),
+            None => (None, None),
+        };
+        let change = Change {
+            seq: state.next_seq,
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            kind,
+            key,
+            key_encoding,
+            value,
+            value_encoding,
+            version: version.map(ToString::to_string),
+        };
+        state.next_seq += 1;
+        if state.recent.len() == FEED_BACKLOG {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(change.clone());
+        // No page listening is not an error.
+        let _ = self.inner.feed.send(change);
+    }
+
+    /// A connection of `client_id` opened.
+    pub fn client_connected(&self, client_id: &str) {
+        self.state()
+            .clients
+            .entry(client_id.to_owned())
+            .or_default()
+            .connections += 1;
+    }
+
+    /// A connection of `client_id` closed; with its last one, its registrations are gone too.
+    pub fn client_disconnected(&self, client_id: &str) {
+        let mut state = self.state();
+        if let Some(client) = state.clients.get_mut(client_id) {
+            client.connections = client.connections.saturating_sub(1);
+            if client.connections == 0 {
+                state.clients.remove(client_id);
+            }
+        }
+    }
+
+    /// `client_id` registered (`observing`) or stopped observing `key`.
+    pub fn keynotify(&self, client_id: &str, key: &Bytes, observing: bool) {
+        let mut state = self.state();
+        if observing {
+            state
+                .clients
+                .entry(client_id.to_owned())
+                .or_default()
+                .keys
+                .insert(key.clone());
+        } else if let Some(client) = state.clients.get_mut(client_id) {
+            client.keys.remove(key);
+            if client.connections == 0 && client.keys.is_empty() {
+                state.clients.remove(client_id);
+            }
+        }
+    }
+
+    /// One request was handled in `took`.
+    pub fn request_handled(&self, took: Duration) {
+        let index = self.inner.started.elapsed().as_secs();
+        let micros = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
+        let mut state = self.state();
+        state.total_requests += 1;
+        if state.seconds.back().is_none_or(|s| s.index != index) {
+            state.seconds.push_back(Second {
+                index,
+                ..Second::default()
+            });
+            while state
+                .seconds
+                .front()
+                .is_some_and(|s| s.index + METRICS_WINDOW_SECS <= index)
+            {
+                state.seconds.pop_front();
+            }
+        }
+        if let Some(second) = state.seconds.back_mut() {
+            second.count += 1;
+            if second.samples.len() == MAX_SAMPLES_PER_SECOND {
+                let mut keep = 0;
+                second.samples.retain(|_| {
+                    keep += 1;
+                    keep % 2 == 0
+                });
+            }
+            second.samples.push(micros);
+        }
+    }
+
+    /// A receiver of every change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.inner.feed.subscribe()
+    }
+
+    /// The last changes (at most 200), oldest first.
+    pub fn recent_changes(&self) -> Vec<Change> {
+        self.state().recent.iter().cloned().collect()
+    }
+
+    /// The recent changes and a receiver of the ones after them, with nothing lost between.
+    pub fn recent_and_subscribe(&self) -> (Vec<Change>, broadcast::Receiver<Change>) {
+        let state = self.state();
+        let rx = self.inner.feed.subscribe();
+        (state.recent.iter().cloned().collect(), rx)
+    }
+
+    /// How many keys the store holds.
+    pub fn key_count(&self) -> usize {
+        self.state().keys.len()
+    }
+
+    /// Up to `limit` keys starting with `prefix`, in byte order, and how many match in all.
+    pub fn keys(&self, prefix: &[u8], limit: usize) -> (Vec<KeyView>, usize) {
+        let now = Instant::now();
+        let state = self.state();
+        let matching = state
+            .keys
+            .range::<[u8], _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            // An expired key the timer has not removed yet is already gone for clients.
+            .filter(|(_, r)| r.expires_at.is_none_or(|at| at > now));
+        let mut total = 0;
+        let mut views = Vec::new();
+        for (key, record) in matching {
+            total += 1;
+            if views.len() < limit {
+                views.push(key_view(key, record, now));
+            }
+        }
+        (views, total)
+    }
+
+    /// The leases and locks: keys last set with `NEX` and `PX`, still alive.
+    pub fn leases(&self) -> Vec<LeaseView> {
+        let now = Instant::now();
+        self.state()
+            .keys
+            .iter()
+            .filter(|(_, r)| r.lease)
+            .filter_map(|(key, r)| {
+                let ttl = r.expires_at?.checked_duration_since(now)?;
+                Some(LeaseView {
+                    key: display(key, usize::MAX).0,
+                    holder: display(&r.value, VALUE_PREVIEW).0,
+                    token: r.version.to_string(),
+                    ttl_ms: millis(ttl),
+                })
+            })
+            .collect()
+    }
+
+    /// The clients: connected ones and any with KEYNOTIFY registrations.
+    pub fn clients(&self) -> Vec<ClientView> {
+        self.state()
+            .clients
+            .iter()
+            .map(|(id, c)| ClientView {
+                client_id: id.clone(),
+                connections: c.connections,
+                keynotify: c.keys.iter().map(|k| display(k, usize::MAX).0).collect(),
+            })
+            .collect()
+    }
+
+    /// Requests per second and p99 latency over the last [`METRICS_WINDOW_SECS`] seconds.
+    pub fn metrics(&self) -> MetricsView {
+        let now = self.inner.started.elapsed().as_secs();
+        let first = (now + 1).saturating_sub(METRICS_WINDOW_SECS);
+        let points = usize::try_from(now + 1 - first).unwrap_or(0);
+        let mut requests = vec![0; points];
+        let mut p99_micros = vec![0; points];
+        let state = self.state();
+        for second in &state.seconds {
+            let Some(slot) = second
+                .index
+                .checked_sub(first)
+                .and_then(|i| usize::try_from(i).ok())
+            else {
+                continue;
+            };
+            if let (Some(r), Some(p)) = (requests.get_mut(slot), p99_micros.get_mut(slot)) {
+                *r = second.count;
+                *p = p99(&second.samples);
+            }
+        }
+        MetricsView {
+            window_secs: METRICS_WINDOW_SECS,
+            requests,
+            p99_micros,
+            total_requests: state.total_requests,
+        }
+    }
+}
+
+fn key_view(key: &Bytes, r: &KeyRecord, now: Instant) -> KeyView {
+    let (key, key_encoding) = display(key, usize::MAX);
+    let (value, value_encoding) = display(&r.value, VALUE_PREVIEW);
+    KeyView {
+        key,
+        key_encoding,
+        value,
+        value_encoding,
+        size: r.value.len(),
+        version: r.version.to_string(),
+        fencing_token: r.fencing_token.as_ref().map(ToString::to_string),
+        ttl_ms: r
+            .expires_at
+            .map(|at| millis(at.saturating_duration_since(now))),
+        lease: r.lease,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The 99th percentile (nearest rank) of the samples.
+fn p99(samples: &[u32]) -> u64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * 99).div_ceil(100);
+    rank.checked_sub(1)
+        .and_then(|i| sorted.get(i))
+        .map_or(0, |&v| u64::from(v))
+}
+
+/// Bytes as UTF-8 text when they are printable text, else as hex; cut at `limit` bytes.
+pub fn display(bytes: &[u8], limit: usize) -> (String, &'static str) {
+    let cut = bytes.get(..limit).unwrap_or(bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t') =>
+        {
+            let mut end = cut.len();
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            (text.get(..end).unwrap_or_default().to_owned(), "text")
+        }
+        _ => (
+            cut.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            "hex",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(value: &'static [u8], expires_at: Option<Instant>) -> Entry {
+        Entry {
+            value: Bytes::from_static(value),
+            version: Hlc::new(5, 0, "StateStore"),
+            fencing_token: None,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn keys_by_prefix_leases_and_feed() {
+        let m = Monitor::new();
+        let mut rx = m.subscribe();
+        let later = Instant::now() + Duration::from_secs(60);
+        m.key_set(&Bytes::from_static(b"app/a"), &entry(b"1", None), false);
+        m.key_set(
+            &Bytes::from_static(b"app/b"),
+            &entry(b"\x00\x01", None),
+            false,
+        );
+        m.key_set(
+            &Bytes::from_static(b"lock"),
+            &entry(b"me", Some(later)),
+            true,
+        );
+        let (keys, total) = m.keys(b"app/", 10);
+        assert_eq!(total, 2);
+        assert_eq!(keys[0].value, "1");
+        assert_eq!(
+            (keys[1].value.as_str(), keys[1].value_encoding),
+            ("0001", "hex")
+        );
+        let leases = m.leases();
+        assert_eq!(leases.len(), 1);
+        assert_eq!(leases[0].holder, "me");
+        assert_eq!(leases[0].token, Hlc::new(5, 0, "StateStore").to_string());
+        m.key_deleted(&Bytes::from_static(b"lock"), None, ChangeKind::Expire);
+        assert!(m.leases().is_empty());
+        let kinds: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| c.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ChangeKind::Set,
+                ChangeKind::Set,
+                ChangeKind::Set,
+                ChangeKind::Expire
+            ]
+        );
+        assert_eq!(m.recent_changes().len(), 4);
+    }
+
+    #[test]
+    fn clients_and_registrations() {
+        let m = Monitor::new();
+        m.client_connected("c1");
+        m.keynotify("c1", &Bytes::from_static(b"k"), true);
+        assert_eq!(m.clients()[0].keynotify, ["k"]);
+        m.client_disconnected("c1");
+        assert!(m.clients().is_empty());
+    }
+
+    #[test]
+    fn metrics_count_and_p99() {
+        let m = Monitor::new();
+        for i in 1..=100 {
+            m.request_handled(Duration::from_micros(i));
+        }
+        let metrics = m.metrics();
+        assert_eq!(metrics.total_requests, 100);
+        assert_eq!(metrics.requests.iter().sum::<u64>(), 100);
+        // The 100 requests may straddle a second; the later second holds the slowest one.
+        let max = metrics.p99_micros.iter().max().copied();
+        assert!(max.is_some_and(|p| (98..=100).contains(&p)), "{max:?}");
+        assert_eq!(p99(&[]), 0);
+        assert_eq!(p99(&(1..=100).collect::<Vec<_>>()), 99);
+    }
+}

@@ -1,0 +1,291 @@
+//! The dashboard's HTTP side against a real `LocalServer` (embedded broker, store, hub):
+//! the embedded page, the JSON views fed by the store hook, the server-sent events, and the
+//! read-only default. (The page itself is tested in Chromium: `scripts/test-dashboard`.)
+
+// Helpers outside #[test] functions panic on purpose too: that is a test failure.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use mqstate::{Client, ConnectOptions, SetOptions};
+use mqstate_server::dashboard::DashboardConfig;
+use mqstate_server::iothub::{DeviceSpec, IotHubConfig};
+use mqstate_server::{LocalServer, ServerConfig};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn start(edit: bool) -> (LocalServer, SocketAddr, Client) {
+    let mut config = ServerConfig::default().with_iothub(IotHubConfig {
+        devices: vec![DeviceSpec::parse("dev1").unwrap()],
+        ..IotHubConfig::default()
+    });
+    config.dashboard = Some(DashboardConfig {
+        edit,
+        ..DashboardConfig::default()
+    });
+    let server = LocalServer::start_with(config).await.unwrap();
+    let admin = server.iothub().unwrap().endpoints().admin_endpoint.unwrap();
+    let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+        .await
+        .unwrap();
+    (server, admin, client)
+}
+
+/// Sends one request; returns the response with its body still streaming.
+async fn send(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    sender.send_request(request).await.unwrap()
+}
+
+async fn call(addr: SocketAddr, method: Method, path: &str, body: &str) -> (StatusCode, Bytes) {
+    let response = send(addr, method, path, body).await;
+    let status = response.status();
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes(),
+    )
+}
+
+async fn json(addr: SocketAddr, path: &str) -> Value {
+    let (status, body) = call(addr, Method::GET, path, "").await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[tokio::test]
+async fn page_views_and_live_feed_read_only() {
+    let (server, admin, client) = start(false).await;
+
+    // The page and its assets are served from the binary, on the admin API's port.
+    let (status, page) = call(admin, Method::GET, "/dashboard/", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&page).contains("<title>mqstate dashboard</title>"));
+    let response = send(admin, Method::GET, "/dashboard/app.js", "").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[hyper::header::CONTENT_TYPE],
+        "text/javascript; charset=utf-8"
+    );
+    // The admin API still answers on the same server.
+    assert_eq!(json(admin, "/devices").await[0]["deviceId"], "dev1");
+
+    // The live feed: subscribe first, then change the store.
+    let mut feed = send(admin, Method::GET, "/dashboard/api/changes", "").await;
+    assert_eq!(
+        feed.headers()[hyper::header::CONTENT_TYPE],
+        "text/event-stream"
+    );
+    let lease = client
+        .set(
+            "locks/printer",
+            "holder-1",
+            SetOptions::default().nex().expiry(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    client
+        .set("app/config", b"\x00\x01", SetOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(client.del("app/config", None).await.unwrap(), 1);
+    let mut text = String::new();
+    tokio::time::timeout(WAIT, async {
+        while text.matches("event: change").count() < 3 {
+            let frame = feed.body_mut().frame().await.unwrap().unwrap();
+            if let Ok(data) = frame.into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("feed so far: {text}"));
+    assert!(
+        text.contains(r#""kind":"set","key":"locks/printer""#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#""key":"app/config","keyEncoding":"text","value":"0001","valueEncoding":"hex""#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""kind":"delete","key":"app/config""#),
+        "{text}"
+    );
+
+    // Keys, leases, clients and metrics, from the store hook.
+    let keys = json(admin, "/dashboard/api/keys?prefix=locks/").await;
+    assert_eq!(keys["total"], 1);
+    assert_eq!(keys["keys"][0]["value"], "holder-1");
+    assert_eq!(keys["keys"][0]["lease"], true);
+    assert!(keys["keys"][0]["ttlMs"].as_u64().unwrap() <= 60_000);
+    assert_eq!(
+        json(admin, "/dashboard/api/keys?prefix=app/").await["total"],
+        0
+    );
+    let leases = json(admin, "/dashboard/api/leases").await;
+    assert_eq!(leases[0]["holder"], "holder-1");
+    assert_eq!(leases[0]["token"], lease.version.to_string());
+    let clients = json(admin, "/dashboard/api/clients").await;
+    assert!(
+        clients
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["clientId"] == client.client_id())
+    );
+    assert!(
+        json(admin, "/dashboard/api/metrics").await["totalRequests"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    );
+
+    // Read-only: every edit is refused and changes nothing.
+    for (method, path, body) in [
+        (
+            Method::POST,
+            "/dashboard/api/keys",
+            r#"{"key":"x","value":"y"}"#,
+        ),
+        (Method::DELETE, "/dashboard/api/keys?key=locks/printer", ""),
+        (
+            Method::POST,
+            "/dashboard/api/devices/dev1/messages",
+            r#"{"payload":"hi"}"#,
+        ),
+        (Method::DELETE, "/dashboard/api/devices/dev1/messages", ""),
+    ] {
+        let (status, body) = call(admin, method, path, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+        assert!(String::from_utf8_lossy(&body).contains("ReadOnly"));
+    }
+    assert_eq!(json(admin, "/dashboard/api/keys").await["total"], 1);
+    assert_eq!(
+        json(admin, "/devices/dev1/messages/devicebound").await["depth"],
+        0
+    );
+
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn edits_with_the_flag() {
+    let (server, admin, client) = start(true).await;
+    let (status, body) = call(
+        admin,
+        Method::POST,
+        "/dashboard/api/keys",
+        r#"{"key":"k","value":"from the page","ttlMs":60000}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // A real store write: a client reads it.
+    let got = client.get("k").await.unwrap().unwrap();
+    assert_eq!(&got.value[..], b"from the page");
+    let (status, body) = call(admin, Method::DELETE, "/dashboard/api/keys?key=k", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["deleted"],
+        1
+    );
+    assert!(client.get("k").await.unwrap().is_none());
+
+    let (status, _) = call(
+        admin,
+        Method::POST,
+        "/dashboard/api/devices/dev1/messages",
+        r#"{"payload":"hi","messageId":"m1"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        json(admin, "/devices/dev1/messages/devicebound").await["depth"],
+        1
+    );
+    // Bad input: a typed error, nothing sent.
+    let (status, body) = call(
+        admin,
+        Method::POST,
+        "/dashboard/api/devices/nobody/messages",
+        r#"{"payload":"hi"}"#,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, body) = call(
+        admin,
+        Method::DELETE,
+        "/dashboard/api/devices/dev1/messages",
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["purged"], 1);
+    let feedback = json(admin, "/dashboard/api/feedback").await;
+    assert_eq!(
+        feedback.as_array().unwrap().len(),
+        0,
+        "ack none: no feedback"
+    );
+
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn own_server_without_the_hub() {
+    let config = ServerConfig {
+        dashboard: Some(DashboardConfig::default()),
+        ..ServerConfig::default()
+    };
+    let server = LocalServer::start_with(config).await.unwrap();
+    assert!(server.iothub().is_none());
+    let addr = server.dashboard_addr().unwrap();
+    let info = json(addr, "/dashboard/api/info").await;
+    assert_eq!(info["iothub"], false);
+    assert_eq!(info["edit"], false);
+    let (status, body) = call(addr, Method::GET, "/dashboard/api/feedback", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&body).contains("NoIotHub"));
+    let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+        .await
+        .unwrap();
+    client.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(json(addr, "/dashboard/api/keys").await["total"], 1);
+    client.close().await;
+    server.shutdown().await;
+}
