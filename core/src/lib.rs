@@ -40,6 +40,7 @@ mod client;
 mod connection;
 pub mod error;
 pub mod hlc;
+pub mod iothub;
 pub mod lock;
 mod observe;
 pub mod options;
