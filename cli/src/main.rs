@@ -2,6 +2,8 @@
 //! plus the store, or the store attached to an existing broker). More subcommands join later
 //! (bench, get, set, ...).
 
+mod iothub;
+
 use std::net::IpAddr;
 use std::process::ExitCode;
 
@@ -25,6 +27,8 @@ enum Command {
     /// Run a local state store: an embedded MQTT5 broker on 127.0.0.1:1883 plus the store
     /// (or, with --broker, the store alone attached to an existing broker).
     Serve(ServeArgs),
+    /// Drive a running local IoT Hub (`mqstate serve`) through its HTTP admin API.
+    Iothub(iothub::IotHubArgs),
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +63,9 @@ struct ServeArgs {
     /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
     #[arg(long, value_name = "LEVEL")]
     log: Option<String>,
+
+    #[command(flatten)]
+    iothub: iothub::ServeHubArgs,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -94,6 +101,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_keys(args.max_keys)
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
+    config.iothub = args.iothub.to_config();
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };
@@ -111,6 +119,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             url = %server.url(),
             "mqstate serve: state store attached to the external broker"
         );
+    }
+    if let Some(hub) = server.iothub() {
+        iothub::announce(&hub, &args.iothub)?;
     }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
@@ -130,6 +141,11 @@ fn main() -> ExitCode {
                 .map_err(|e| format!("cannot start the runtime: {e}"))?
                 .block_on(serve(args))
         }),
+        Command::Iothub(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))
+            .and_then(|rt| rt.block_on(iothub::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,7 +169,9 @@ mod tests {
     #[test]
     fn serve_defaults_and_flags() {
         let cli = Cli::try_parse_from(["mqstate", "serve"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
         assert_eq!(args.port, 1883);
         assert_eq!(args.bind.to_string(), "127.0.0.1");
         assert!(args.broker.is_none());
@@ -174,7 +192,9 @@ mod tests {
             "debug",
         ])
         .unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
         assert_eq!(
             (args.port, args.max_keys, args.max_packet_size),
             (0, Some(10), 2048)

@@ -136,6 +136,10 @@ async fn serve_embedded_answers_and_stops_on_ctrl_c() {
         "100",
         "--log",
         "warn",
+        "--iothub-port",
+        "0",
+        "--iothub-admin-port",
+        "0",
     ]);
     set_and_get(port).await;
     let status = serve.interrupt();
@@ -147,7 +151,16 @@ async fn serve_attached_to_mosquitto() {
     let Some(mosquitto) = testing::mosquitto_or_skip("serve_attached_to_mosquitto") else {
         return;
     };
-    let mut serve = Serve::start(&["--broker", &mosquitto.url(), "--log", "warn"]);
+    let mut serve = Serve::start(&[
+        "--broker",
+        &mosquitto.url(),
+        "--log",
+        "warn",
+        "--iothub-port",
+        "0",
+        "--iothub-admin-port",
+        "0",
+    ]);
     set_and_get(mosquitto.port()).await;
     let status = serve.interrupt();
     assert!(status.success(), "{status}");

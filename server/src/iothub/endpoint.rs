@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::hub::{ConnectRefusal, IotHub, ToConnection};
+use super::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use super::properties;
 
 /// Room for the topic and headers around the largest body.
@@ -183,66 +183,78 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         tokio::pin!(token_expiry);
         let devicebound = format!("devices/{device_id}/messages/devicebound/");
         let events = format!("devices/{device_id}/messages/events/");
+        // Only packets from the device count as signs of life, not deliveries to it.
+        let mut last_heard = tokio::time::Instant::now();
         loop {
             let idle = async {
                 match idle_limit {
-                    Some(limit) => tokio::time::sleep(limit).await,
+                    Some(limit) => tokio::time::sleep_until(last_heard + limit).await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                packet = conn.read_packet() => match packet? {
-                    Packet::PingReq => conn.send(Packet::PingResp).await?,
-                    Packet::Disconnect => return Ok("the device disconnected".to_owned()),
-                    Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
-                    Packet::Subscribe(sub) => {
-                        let mut codes = Vec::with_capacity(sub.filters.len());
-                        let mut wants_c2d = false;
-                        for filter in &sub.filters {
-                            if filter.path == format!("{devicebound}#") {
-                                wants_c2d = true;
-                                // IoT Hub grants QoS 1 at most.
-                                let qos = if filter.qos == QoS::AtMostOnce { QoS::AtMostOnce } else { QoS::AtLeastOnce };
-                                codes.push(SubscribeReasonCode::Success(qos));
-                            } else {
-                                tracing::info!(device = %device_id, filter = %filter.path,
-                                    "iothub: subscription refused (only {devicebound}# is served)");
-                                codes.push(SubscribeReasonCode::Failure);
+                packet = conn.read_packet() => {
+                    last_heard = tokio::time::Instant::now();
+                    match packet? {
+                        Packet::PingReq => conn.send(Packet::PingResp).await?,
+                        Packet::Disconnect => return Ok("the device disconnected".to_owned()),
+                        Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
+                        Packet::Subscribe(sub) => {
+                            let mut codes = Vec::with_capacity(sub.filters.len());
+                            let mut granted = None;
+                            for filter in &sub.filters {
+                                if filter.path == format!("{devicebound}#") {
+                                    // IoT Hub grants QoS 1 at most (QoS 2 requests get 1).
+                                    let (qos, subscription) = if filter.qos == QoS::AtMostOnce {
+                                        (QoS::AtMostOnce, Subscription::AtMostOnce)
+                                    } else {
+                                        (QoS::AtLeastOnce, Subscription::AtLeastOnce)
+                                    };
+                                    granted = Some(subscription);
+                                    codes.push(SubscribeReasonCode::Success(qos));
+                                } else {
+                                    tracing::info!(device = %device_id, filter = %filter.path,
+                                        "iothub: subscription refused (only {devicebound}# is served)");
+                                    codes.push(SubscribeReasonCode::Failure);
+                                }
+                            }
+                            conn.send(Packet::SubAck(SubAck::new(sub.pkid, codes))).await?;
+                            if let Some(subscription) = granted {
+                                hub.subscribed(&device_id, connection, subscription);
                             }
                         }
-                        conn.send(Packet::SubAck(SubAck::new(sub.pkid, codes))).await?;
-                        if wants_c2d {
-                            hub.subscribed(&device_id, connection);
+                        Packet::Unsubscribe(unsub) => {
+                            if unsub.topics.iter().any(|t| t == &format!("{devicebound}#")) {
+                                hub.unsubscribed(&device_id, connection);
+                            }
+                            conn.send(Packet::UnsubAck(UnsubAck::new(unsub.pkid))).await?;
                         }
+                        Packet::Publish(publish) => {
+                            if publish.qos == QoS::ExactlyOnce {
+                                return Err("QoS 2 is not supported by IoT Hub: connection closed".to_owned());
+                            }
+                            let Some(bag) = publish.topic.strip_prefix(&events) else {
+                                return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
+                            };
+                            if publish.payload.len() > config.max_telemetry_size {
+                                return Err(format!("telemetry of {} bytes is over the limit of {}", publish.payload.len(), config.max_telemetry_size));
+                            }
+                            let bag = properties::decode(bag).map_err(|e| format!("telemetry topic: {e}"))?;
+                            hub.telemetry_received(&device_id, bag, publish.payload.clone());
+                            if publish.qos == QoS::AtLeastOnce {
+                                conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
+                            }
+                        }
+                        other => return Err(format!("unexpected packet from a device: {other:?}")),
                     }
-                    Packet::Unsubscribe(unsub) => {
-                        if unsub.topics.iter().any(|t| t == &format!("{devicebound}#")) {
-                            hub.unsubscribed(&device_id, connection);
-                        }
-                        conn.send(Packet::UnsubAck(UnsubAck::new(unsub.pkid))).await?;
-                    }
-                    Packet::Publish(publish) => {
-                        if publish.qos == QoS::ExactlyOnce {
-                            return Err("QoS 2 is not supported by IoT Hub: connection closed".to_owned());
-                        }
-                        let Some(bag) = publish.topic.strip_prefix(&events) else {
-                            return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
-                        };
-                        if publish.payload.len() > config.max_telemetry_size {
-                            return Err(format!("telemetry of {} bytes is over the limit of {}", publish.payload.len(), config.max_telemetry_size));
-                        }
-                        let bag = properties::decode(bag).map_err(|e| format!("telemetry topic: {e}"))?;
-                        hub.telemetry_received(&device_id, bag, publish.payload.clone());
-                        if publish.qos == QoS::AtLeastOnce {
-                            conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
-                        }
-                    }
-                    other => return Err(format!("unexpected packet from a device: {other:?}")),
-                },
+                }
                 command = connected.rx.recv() => match command {
-                    Some(ToConnection::Deliver { topic, payload, packet_id }) => {
-                        let mut publish = Publish::from_bytes(topic, QoS::AtLeastOnce, payload);
-                        publish.pkid = packet_id;
+                    Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once }) => {
+                        let qos = if at_most_once { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                        let mut publish = Publish::from_bytes(topic, qos, payload);
+                        if !at_most_once {
+                            publish.pkid = packet_id;
+                        }
                         conn.send(Packet::Publish(publish)).await?;
                     }
                     Some(ToConnection::Close(why)) => return Err(why),

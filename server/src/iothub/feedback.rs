@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn batches_by_count_and_by_interval() {
-        let base = Now::now();
+        let base = Now::current();
         let mut f = Feedback::new(limits(), base.instant);
         assert!(!f.add(record("a"), base));
         assert!(!f.add(record("a"), base));
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn locks_redelivery_and_completion() {
-        let base = Now::now();
+        let base = Now::current();
         let mut f = Feedback::new(limits(), base.instant);
         for _ in 0..3 {
             f.add(record("a"), base);
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn deleting_a_device_drops_its_feedback() {
-        let base = Now::now();
+        let base = Now::current();
         let mut f = Feedback::new(limits(), base.instant);
         f.add(record("a"), base);
         f.add(record("b"), base);

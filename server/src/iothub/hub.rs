@@ -28,11 +28,12 @@ use super::sas;
 /// What the hub tells a connection task.
 #[derive(Debug)]
 pub(crate) enum ToConnection {
-    /// Publish this C2D message (QoS 1) with this packet id.
+    /// Publish this C2D message with this packet id, at QoS 1 (QoS 0 when `at_most_once`).
     Deliver {
         topic: String,
         payload: Bytes,
         packet_id: u16,
+        at_most_once: bool,
     },
     /// Close the connection (another one took over, the device was deleted...).
     Close(String),
@@ -45,13 +46,24 @@ struct Connection {
     clean_session: bool,
 }
 
+/// The device's subscription to its device-bound topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subscription {
+    /// Not subscribed: messages wait in the queue.
+    None,
+    /// Granted QoS 0: a message is completed when it is sent (at most once).
+    AtMostOnce,
+    /// Granted QoS 1: a message is completed by the device's PUBACK.
+    AtLeastOnce,
+}
+
 #[derive(Debug)]
 struct DeviceState {
     device: Device,
     queue: DeviceQueue,
-    /// The MQTT session: `Some(subscribed)` while connected, and kept after a disconnect
-    /// when the device connected with clean session 0.
-    session: Option<bool>,
+    /// The MQTT session: present while connected, and kept after a disconnect when the
+    /// device connected with clean session 0.
+    session: Option<Subscription>,
     connection: Option<Connection>,
     telemetry: VecDeque<TelemetryMessage>,
 }
@@ -367,7 +379,7 @@ impl IotHub {
     /// device, a full queue, a body over the limit, a bad TTL or property name.
     pub fn send(&self, device_id: &str, message: C2dMessage) -> Result<SendReceipt, IotHubError> {
         message.check(self.inner.config.max_message_size)?;
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let sequence_number = state.next_sequence;
         let stored = queue::store(
@@ -418,7 +430,7 @@ impl IotHub {
     /// Purges the device's queue (every message dead-lettered with `Purged` feedback); returns
     /// how many messages were purged.
     pub fn purge(&self, device_id: &str) -> Result<usize, IotHubError> {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let device = state
             .devices
@@ -462,7 +474,8 @@ impl IotHub {
         }
     }
 
-    /// Locks and sends every Enqueued message of the device if it is connected and subscribed.
+    /// Locks and sends every Enqueued message of the device if it is connected and subscribed
+    /// (and, with a QoS 0 subscription, completes it at once: there will be no PUBACK).
     fn pump(&self, state: &mut State, device_id: &str, now: Now) {
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
@@ -470,18 +483,30 @@ impl IotHub {
         let Some(connection) = &device.connection else {
             return;
         };
-        if device.session != Some(true) {
-            return;
-        }
-        for d in device
+        let at_most_once = match device.session {
+            Some(Subscription::AtLeastOnce) => false,
+            Some(Subscription::AtMostOnce) => true,
+            Some(Subscription::None) | None => return,
+        };
+        let connection_id = connection.id;
+        let deliveries = device
             .queue
-            .deliver(connection.id, now, self.inner.config.lock_timeout)
-        {
+            .deliver(connection_id, now, self.inner.config.lock_timeout);
+        let mut outcomes = Vec::new();
+        for d in deliveries {
             let _ = connection.tx.send(ToConnection::Deliver {
                 topic: d.stored.topic.clone(),
                 payload: d.stored.payload(),
                 packet_id: d.packet_id,
+                at_most_once,
             });
+            if at_most_once {
+                outcomes.extend(device.queue.complete(connection_id, d.packet_id, now));
+            }
+        }
+        if !outcomes.is_empty() {
+            let generation = device.device.generation_id.clone();
+            self.record_outcomes(state, device_id, &generation, outcomes, now);
         }
     }
 
@@ -497,7 +522,7 @@ impl IotHub {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let name = self.hub_name().to_owned();
-            if let Some(batch) = self.state().feedback.receive(Now::now(), &name) {
+            if let Some(batch) = self.state().feedback.receive(Now::current(), &name) {
                 self.inner.timer.notify_one();
                 return Some(batch);
             }
@@ -581,7 +606,7 @@ impl IotHub {
         password: Option<&str>,
         clean_session: bool,
     ) -> Result<Connected, ConnectRefusal> {
-        let now = Now::now();
+        let now = Now::current();
         let hostname = &self.inner.config.hostname;
         let mut state = self.state();
         let device = state.devices.get_mut(client_id).ok_or_else(|| {
@@ -635,7 +660,7 @@ impl IotHub {
         }
         let session_present = !clean_session && device.session.is_some();
         if clean_session || device.session.is_none() {
-            device.session = Some(false);
+            device.session = Some(Subscription::None);
         }
         let generation = device.device.generation_id.clone();
         self.record_outcomes(&mut state, client_id, &generation, outcomes, now);
@@ -651,14 +676,14 @@ impl IotHub {
         })
     }
 
-    /// The device subscribed to its device-bound topic.
-    pub(crate) fn subscribed(&self, device_id: &str, connection: u64) {
+    /// The device subscribed to its device-bound topic, granted `subscription`.
+    pub(crate) fn subscribed(&self, device_id: &str, connection: u64, subscription: Subscription) {
         let mut state = self.state();
         if let Some(d) = state.devices.get_mut(device_id)
             && d.connection.as_ref().is_some_and(|c| c.id == connection)
         {
-            d.session = Some(true);
-            self.pump(&mut state, device_id, Now::now());
+            d.session = Some(subscription);
+            self.pump(&mut state, device_id, Now::current());
         }
         drop(state);
         self.inner.timer.notify_one();
@@ -670,13 +695,13 @@ impl IotHub {
         if let Some(d) = state.devices.get_mut(device_id)
             && d.connection.as_ref().is_some_and(|c| c.id == connection)
         {
-            d.session = Some(false);
+            d.session = Some(Subscription::None);
         }
     }
 
     /// A PUBACK for a C2D delivery.
     pub(crate) fn puback(&self, device_id: &str, connection: u64, packet_id: u16) {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
@@ -695,7 +720,7 @@ impl IotHub {
 
     /// The connection ended: its locks end, and a clean session is forgotten.
     pub(crate) fn disconnected(&self, device_id: &str, connection: u64) {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
@@ -752,7 +777,7 @@ impl IotHub {
 
     /// Applies every due expiry, lock timeout and feedback batch; returns the next deadline.
     pub(crate) fn tick(&self) -> Option<Instant> {
-        let now = Now::now();
+        let now = Now::current();
         let mut state = self.state();
         let ids: Vec<String> = state.devices.keys().cloned().collect();
         for id in &ids {

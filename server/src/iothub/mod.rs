@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod client;
 pub mod config;
 mod endpoint;
 mod error;

@@ -26,7 +26,7 @@ pub(crate) struct Now {
 }
 
 impl Now {
-    pub fn now() -> Now {
+    pub fn current() -> Now {
         Now {
             instant: Instant::now(),
             utc: SystemTime::now(),
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn full_queue_refuses() {
-        let base = Now::now();
+        let base = Now::current();
         let mut q = queue_with(3, base);
         let m = store("d", C2dMessage::new("x"), 9, base, Duration::from_secs(60)).unwrap();
         assert!(matches!(
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn lock_timeouts_count_deliveries_then_dead_letter() {
-        let base = Now::now();
+        let base = Now::current();
         let mut q = queue_with(1, base);
         let lock = Duration::from_secs(2);
         assert_eq!(q.deliver(1, base, lock).len(), 1);
@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn puback_completes_only_the_current_lock() {
-        let base = Now::now();
+        let base = Now::current();
         let mut q = queue_with(2, base);
         let d = q.deliver(7, base, Duration::from_secs(2));
         assert!(
@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn topic_has_every_property() {
-        let base = Now::now();
+        let base = Now::current();
         let m = C2dMessage::new("x")
             .message_id("id 1")
             .correlation_id("c")

@@ -1,0 +1,289 @@
+//! [`AdminClient`]: the HTTP admin API from Rust (what `mqstate iothub ...` uses), for a hub
+//! running in another process. One request per connection: simple, and plenty for an admin API.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::http::{AddDeviceRequest, DeviceCredentials, PurgeResult, SendRequest};
+use super::hub::{DeviceInfo, HubInfo};
+use super::message::{FeedbackBatch, QueueInfo, SendReceipt, TelemetryMessage};
+use super::properties::encode_component;
+use super::registry::Device;
+
+/// Why an admin request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The hub answered with an error.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The hub's `errorCode` (`DeviceNotFound`, `DeviceMaximumQueueDepthExceeded`...).
+        code: String,
+        /// The hub's message.
+        message: String,
+    },
+    /// The hub could not be reached, or answered something that is not the admin API.
+    #[error("IoT Hub admin API at {url}: {message}")]
+    Transport {
+        /// The base URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A client of the hub's HTTP admin API.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), mqstate_server::iothub::client::AdminError> {
+/// use mqstate_server::iothub::client::AdminClient;
+/// use mqstate_server::iothub::http::SendRequest;
+///
+/// let admin = AdminClient::new("http://127.0.0.1:8880")?;
+/// admin.add_device("dev1", None).await?;
+/// let request = SendRequest { payload: Some("hi".into()), message_id: Some("m1".into()), ..Default::default() };
+/// admin.send("dev1", &request).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    url: String,
+    authority: String,
+}
+
+impl AdminClient {
+    /// A client for the admin API at `url` (`http://host:port`).
+    pub fn new(url: &str) -> Result<AdminClient, AdminError> {
+        let transport = |message: &str| AdminError::Transport {
+            url: url.to_owned(),
+            message: message.to_owned(),
+        };
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| transport("only http:// URLs are supported"))?;
+        let authority = rest.trim_end_matches('/');
+        if authority.is_empty() || authority.contains('/') {
+            return Err(transport("expected http://host:port"));
+        }
+        Ok(AdminClient {
+            url: url.trim_end_matches('/').to_owned(),
+            authority: authority.to_owned(),
+        })
+    }
+
+    /// The base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn transport(&self, message: impl std::fmt::Display) -> AdminError {
+        AdminError::Transport {
+            url: self.url.clone(),
+            message: message.to_string(),
+        }
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), AdminError> {
+        let addr = if self.authority.contains(':') {
+            self.authority.clone()
+        } else {
+            format!("{}:80", self.authority)
+        };
+        let stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .map_err(|e| self.transport(format!("cannot connect: {e}")))?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| self.transport(e))?;
+        let driver = tokio::spawn(connection);
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, &self.authority)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.transport(e))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.transport(e))?
+            .to_bytes();
+        driver.abort();
+        if status.is_success() {
+            return Ok((status, body));
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct ApiError {
+            error_code: String,
+            message: String,
+        }
+        match serde_json::from_slice::<ApiError>(&body) {
+            Ok(e) => Err(AdminError::Api {
+                status: status.as_u16(),
+                code: e.error_code,
+                message: e.message,
+            }),
+            Err(_) => {
+                Err(self.transport(format!("HTTP {status}: {}", String::from_utf8_lossy(&body))))
+            }
+        }
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, AdminError> {
+        let (_, body) = self.request(method, path, body).await?;
+        serde_json::from_slice(&body).map_err(|e| self.transport(format!("unexpected answer: {e}")))
+    }
+
+    fn to_json<T: serde::Serialize>(&self, value: &T) -> Result<Vec<u8>, AdminError> {
+        serde_json::to_vec(value).map_err(|e| self.transport(e))
+    }
+
+    /// `GET /hub`.
+    pub async fn hub_info(&self) -> Result<HubInfo, AdminError> {
+        self.json(Method::GET, "/hub", None).await
+    }
+
+    /// `GET /devices`.
+    pub async fn devices(&self) -> Result<Vec<DeviceInfo>, AdminError> {
+        self.json(Method::GET, "/devices", None).await
+    }
+
+    /// `GET /devices/{id}`.
+    pub async fn device(&self, id: &str) -> Result<Device, AdminError> {
+        self.json(
+            Method::GET,
+            &format!("/devices/{}", encode_component(id)),
+            None,
+        )
+        .await
+    }
+
+    /// `PUT /devices/{id}`: registers a device (keys generated when `primary_key` is `None`).
+    pub async fn add_device(
+        &self,
+        id: &str,
+        primary_key: Option<String>,
+    ) -> Result<Device, AdminError> {
+        let body = self.to_json(&AddDeviceRequest {
+            primary_key,
+            secondary_key: None,
+        })?;
+        self.json(
+            Method::PUT,
+            &format!("/devices/{}", encode_component(id)),
+            Some(body),
+        )
+        .await
+    }
+
+    /// `DELETE /devices/{id}`.
+    pub async fn remove_device(&self, id: &str) -> Result<(), AdminError> {
+        self.request(
+            Method::DELETE,
+            &format!("/devices/{}", encode_component(id)),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `GET /devices/{id}/token?ttlSecs=...`: MQTT credentials for the device.
+    pub async fn credentials(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<DeviceCredentials, AdminError> {
+        let path = format!(
+            "/devices/{}/token?ttlSecs={}",
+            encode_component(id),
+            ttl.as_secs().max(1)
+        );
+        self.json(Method::GET, &path, None).await
+    }
+
+    /// `POST /devices/{id}/messages/devicebound`.
+    pub async fn send(&self, id: &str, request: &SendRequest) -> Result<SendReceipt, AdminError> {
+        let body = self.to_json(request)?;
+        let path = format!("/devices/{}/messages/devicebound", encode_component(id));
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
+    /// `GET /devices/{id}/messages/devicebound`.
+    pub async fn queue(&self, id: &str) -> Result<QueueInfo, AdminError> {
+        let path = format!("/devices/{}/messages/devicebound", encode_component(id));
+        self.json(Method::GET, &path, None).await
+    }
+
+    /// `DELETE /devices/{id}/messages/devicebound`.
+    pub async fn purge(&self, id: &str) -> Result<PurgeResult, AdminError> {
+        let path = format!("/devices/{}/messages/devicebound", encode_component(id));
+        self.json(Method::DELETE, &path, None).await
+    }
+
+    /// `GET /messages/servicebound/feedback?waitSecs=...`: the next batch, locked, or `None`
+    /// when none came within `wait`.
+    pub async fn receive_feedback(
+        &self,
+        wait: Duration,
+    ) -> Result<Option<FeedbackBatch>, AdminError> {
+        let path = format!(
+            "/messages/servicebound/feedback?waitSecs={}",
+            wait.as_secs_f64()
+        );
+        let (status, body) = self.request(Method::GET, &path, None).await?;
+        if status == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| self.transport(format!("unexpected answer: {e}")))
+    }
+
+    /// `DELETE /messages/servicebound/feedback/{lockToken}`: completes a batch.
+    pub async fn complete_feedback(&self, lock_token: &str) -> Result<(), AdminError> {
+        let path = format!(
+            "/messages/servicebound/feedback/{}",
+            encode_component(lock_token)
+        );
+        self.request(Method::DELETE, &path, None).await.map(|_| ())
+    }
+
+    /// `GET /devices/{id}/messages/events?since=...&waitSecs=...`.
+    pub async fn events(
+        &self,
+        id: &str,
+        since: u64,
+        wait: Duration,
+    ) -> Result<Vec<TelemetryMessage>, AdminError> {
+        let path = format!(
+            "/devices/{}/messages/events?since={since}&waitSecs={}",
+            encode_component(id),
+            wait.as_secs_f64()
+        );
+        self.json(Method::GET, &path, None).await
+    }
+}
