@@ -34,7 +34,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "message {:?}{}: {:?} properties {:?}",
             msg.message_id,
-            if msg.is_redelivery() { " (redelivery)" } else { "" },
+            if msg.is_redelivery() {
+                " (redelivery)"
+            } else {
+                ""
+            },
             String::from_utf8_lossy(&msg.payload),
             msg.properties
         );

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use mqstate::ReconnectPolicy;
 use mqstate::iothub::{DeviceClient, DeviceOptions};
-use mqstate_server::iothub::{Ack, C2dMessage, DeviceSpec, IotHubConfig, IotHubError, IotHubServer};
+use mqstate_server::iothub::{
+    Ack, C2dMessage, DeviceSpec, IotHubConfig, IotHubError, IotHubServer,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 
@@ -156,8 +158,13 @@ async fn main() {
     // Drain: redeliveries of messages whose completion was lost with a killed connection.
     let deadline = Instant::now() + Duration::from_secs(120);
     while hub.queue("soak").unwrap().depth > 0 {
-        assert!(Instant::now() < deadline, "queue not drained: {:?}", hub.queue("soak"));
-        if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(200), client.receive()).await {
+        assert!(
+            Instant::now() < deadline,
+            "queue not drained: {:?}",
+            hub.queue("soak")
+        );
+        if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(200), client.receive()).await
+        {
             let id = m.message_id.clone().unwrap();
             if m.is_redelivery() {
                 redeliveries += 1;
@@ -179,7 +186,9 @@ async fn main() {
     let _ = reader.await;
     let feedback = feedback.lock().await;
 
-    let lost = (0..total).filter(|i| !first.contains_key(&format!("m{i}"))).count();
+    let lost = (0..total)
+        .filter(|i| !first.contains_key(&format!("m{i}")))
+        .count();
     // A copy the hub had already sent once (DUP set) counts as a redelivery even if the
     // client never read the earlier copy; what must not happen is two unflagged copies.
     let first_not_once = first.values().filter(|&&n| n > 1).count();
@@ -188,7 +197,10 @@ async fn main() {
         .count();
     let stats = client.stats();
     println!("messages sent:                     {total}");
-    println!("connection kills (every {kill_every:?}):   {}", kills.load(Ordering::Relaxed));
+    println!(
+        "connection kills (every {kill_every:?}):   {}",
+        kills.load(Ordering::Relaxed)
+    );
     println!("client connections:                {}", stats.connections);
     println!("deliveries received:               {}", stats.received);
     println!("  flagged as redelivered:          {redeliveries}");
@@ -196,7 +208,10 @@ async fn main() {
     println!("message ids lost:                  {lost}");
     println!("ids delivered unflagged twice:      {first_not_once}");
     println!("ids without exactly one Success feedback: {feedback_not_once}");
-    println!("elapsed:                           {:.1} s", elapsed.as_secs_f64());
+    println!(
+        "elapsed:                           {:.1} s",
+        elapsed.as_secs_f64()
+    );
     client.close().await;
     server.shutdown().await;
     if lost != 0 || first_not_once != 0 || feedback_not_once != 0 {

@@ -28,7 +28,8 @@ async fn main() {
     .await
     .unwrap();
     let hub = server.hub();
-    hub.add_device(&DeviceSpec::parse("bench").unwrap()).unwrap();
+    hub.add_device(&DeviceSpec::parse("bench").unwrap())
+        .unwrap();
     let port = hub.endpoints().device_endpoint.unwrap().port();
 
     // Establish both sessions (subscriptions) once.
@@ -79,7 +80,8 @@ async fn raw_round(hub: &IotHub, port: u16, n: usize) -> f64 {
     o.set_keep_alive(Duration::from_secs(60));
     o.set_credentials(
         hub.device_username("bench"),
-        hub.device_token("bench", Duration::from_secs(3600)).unwrap(),
+        hub.device_token("bench", Duration::from_secs(3600))
+            .unwrap(),
     );
     let (client, mut events) = AsyncClient::new(o, 1024);
     let start = Instant::now();

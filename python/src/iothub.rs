@@ -39,7 +39,11 @@ fn options(
             "port" => o.port = value.extract()?,
             "tls" => {
                 let on: bool = value.extract()?;
-                tls = if on { Some(tls.unwrap_or_default()) } else { None };
+                tls = if on {
+                    Some(tls.unwrap_or_default())
+                } else {
+                    None
+                };
             }
             "ca_file" => {
                 let path: std::path::PathBuf = value.extract()?;
@@ -194,7 +198,11 @@ impl C2dMessage {
             "<mqstate.iothub.C2dMessage message_id={:?} {} bytes{}>",
             self.inner.message_id,
             self.inner.payload.len(),
-            if self.inner.is_redelivery() { " redelivery" } else { "" }
+            if self.inner.is_redelivery() {
+                " redelivery"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -257,12 +265,18 @@ impl DeviceClient {
     /// The next message; with a timeout (seconds or a timedelta) `None` when none came.
     /// Raises the reason the client stopped once it is closed and drained.
     #[pyo3(signature = (timeout = None))]
-    fn receive(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<C2dMessage>> {
+    fn receive(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<C2dMessage>> {
         let timeout = timeout.map(|t| duration_arg(t, "timeout")).transpose()?;
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
             let slice = match deadline {
-                Some(d) => d.saturating_duration_since(std::time::Instant::now()).min(WAIT_SLICE),
+                Some(d) => d
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(WAIT_SLICE),
                 None => WAIT_SLICE,
             };
             let inner = &self.inner;
@@ -302,7 +316,14 @@ impl DeviceClient {
         content_type: Option<String>,
         content_encoding: Option<String>,
     ) -> PyResult<()> {
-        let t = telemetry(payload, properties, message_id, correlation_id, content_type, content_encoding)?;
+        let t = telemetry(
+            payload,
+            properties,
+            message_id,
+            correlation_id,
+            content_type,
+            content_encoding,
+        )?;
         let client = self.inner.clone();
         wait(py, async move { client.send_event(t).await })?.map_err(|e| errors::to_py(py, &e))
     }
@@ -355,8 +376,9 @@ impl Messages {
         match client.receive(py, None) {
             Ok(m) => Ok(m),
             // The end of the iteration: the client was closed by the application.
-            Err(e) if client.inner.state() == mqstate::ConnectionState::Closed
-                && e.is_instance_of::<pyo3::exceptions::PyConnectionError>(py) =>
+            Err(e)
+                if client.inner.state() == mqstate::ConnectionState::Closed
+                    && e.is_instance_of::<pyo3::exceptions::PyConnectionError>(py) =>
             {
                 Ok(None)
             }
@@ -440,7 +462,14 @@ impl AsyncDeviceClient {
         content_type: Option<String>,
         content_encoding: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let t = telemetry(payload, properties, message_id, correlation_id, content_type, content_encoding)?;
+        let t = telemetry(
+            payload,
+            properties,
+            message_id,
+            correlation_id,
+            content_type,
+            content_encoding,
+        )?;
         let client = self.inner.clone();
         aio::spawn(py, async move { client.send_event(t).await })
     }
@@ -531,7 +560,6 @@ impl AsyncMessages {
     }
 }
 
-
 /// `mqstate.testing.LocalIotHub`: the local IoT Hub in-process (device endpoint on a free
 /// loopback port, plain TCP), with the service-side calls tests need.
 #[pyclass(module = "mqstate.testing", name = "LocalIotHub", frozen)]
@@ -566,7 +594,14 @@ impl LocalIotHub {
                 .map_err(|e| e.to_string())
                 .and_then(|r| r.map_err(|e| e.to_string()))
         })?
-        .map_err(|e| errors::exception(py, "connection", &format!("the local IoT Hub did not start: {e}"), py.None()))?;
+        .map_err(|e| {
+            errors::exception(
+                py,
+                "connection",
+                &format!("the local IoT Hub did not start: {e}"),
+                py.None(),
+            )
+        })?;
         let hub = server.hub();
         let port = hub.endpoints().device_endpoint.map_or(0, |a| a.port());
         Ok(LocalIotHub {
@@ -585,9 +620,13 @@ impl LocalIotHub {
     /// Registers a device (with a generated key) and returns its connection string, pointed
     /// at this hub (`GatewayHostName=127.0.0.1`; connect with `port=hub.port, tls=False`).
     fn add_device(&self, py: Python<'_>, device_id: &str) -> PyResult<String> {
-        let spec = mqstate_server::iothub::DeviceSpec::parse(device_id).map_err(|e| hub_error(py, e))?;
+        let spec =
+            mqstate_server::iothub::DeviceSpec::parse(device_id).map_err(|e| hub_error(py, e))?;
         self.hub.add_device(&spec).map_err(|e| hub_error(py, e))?;
-        let cs = self.hub.connection_string(device_id).map_err(|e| hub_error(py, e))?;
+        let cs = self
+            .hub
+            .connection_string(device_id)
+            .map_err(|e| hub_error(py, e))?;
         Ok(format!("{cs};GatewayHostName=127.0.0.1"))
     }
 
@@ -615,12 +654,18 @@ impl LocalIotHub {
         for (k, v) in properties.unwrap_or_default() {
             m = m.property(k, v.as_deref());
         }
-        self.hub.send(device_id, m).map(|_| ()).map_err(|e| hub_error(py, e))
+        self.hub
+            .send(device_id, m)
+            .map(|_| ())
+            .map_err(|e| hub_error(py, e))
     }
 
     /// Messages Enqueued or Invisible in the device's queue.
     fn queue_depth(&self, py: Python<'_>, device_id: &str) -> PyResult<usize> {
-        self.hub.queue(device_id).map(|q| q.depth).map_err(|e| hub_error(py, e))
+        self.hub
+            .queue(device_id)
+            .map(|q| q.depth)
+            .map_err(|e| hub_error(py, e))
     }
 
     /// How many of the device's recent messages were Completed.
@@ -642,9 +687,18 @@ impl LocalIotHub {
         &self,
         py: Python<'py>,
         device_id: &str,
-    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Vec<(String, Option<String>)>, Vec<(String, Option<String>)>)>> {
+    ) -> PyResult<
+        Vec<(
+            Bound<'py, PyBytes>,
+            Vec<(String, Option<String>)>,
+            Vec<(String, Option<String>)>,
+        )>,
+    > {
         use base64::Engine;
-        let got = self.hub.telemetry(device_id, 0).map_err(|e| hub_error(py, e))?;
+        let got = self
+            .hub
+            .telemetry(device_id, 0)
+            .map_err(|e| hub_error(py, e))?;
         got.into_iter()
             .map(|t| {
                 let body = base64::engine::general_purpose::STANDARD

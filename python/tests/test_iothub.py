@@ -148,20 +148,20 @@ def test_asyncio_iterator_and_complete(hub: LocalIotHub) -> None:
     cs = hub.add_device("adev")
 
     async def main() -> list[str | None]:
+        got: list[str | None] = []
         async with AsyncDeviceClient.connect(cs, port=hub.port, tls=False) as client:
             # A receive cancelled by a timeout does not lose the message it was about to take.
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(client.receive(), 0.2)
             for i in range(3):
                 hub.send("adev", b"a", message_id=f"a{i}")
-            got = []
             async for msg in client.messages():
                 got.append(msg.message_id)
                 msg.complete()
                 if len(got) == 3:
                     break
             await client.send_event(b"hi", {"k": "v"})
-            return got
+        return got
 
     assert asyncio.run(main()) == ["a0", "a1", "a2"]
     eventually(lambda: hub.queue_depth("adev") == 0, "all completed")

@@ -195,7 +195,9 @@ pub unsafe extern "C" fn mqstate_iothub_device_send_event(
 /// message is completed). `MQSTATE_DISCONNECTED` when its connection dropped since (the hub
 /// delivers it again); `MQSTATE_INVALID_ARGUMENT` when already completed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mqstate_c2d_complete(message: *const mqstate_c2d_message) -> mqstate_status {
+pub unsafe extern "C" fn mqstate_c2d_complete(
+    message: *const mqstate_c2d_message,
+) -> mqstate_status {
     ffi_boundary! {
         // SAFETY: the C contract.
         let message = unsafe { arg_ref(message, "message") }?;
@@ -215,7 +217,9 @@ pub unsafe extern "C" fn mqstate_c2d_reject(message: *const mqstate_c2d_message)
 
 /// Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot abandon a message over MQTT.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mqstate_c2d_abandon(message: *const mqstate_c2d_message) -> mqstate_status {
+pub unsafe extern "C" fn mqstate_c2d_abandon(
+    message: *const mqstate_c2d_message,
+) -> mqstate_status {
     ffi_boundary! {
         // SAFETY: the C contract.
         let message = unsafe { arg_ref(message, "message") }?;
@@ -332,6 +336,11 @@ pub unsafe extern "C" fn mqstate_c2d_message_free(message: *mut mqstate_c2d_mess
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 #[path = "iothub_tests.rs"]
 mod tests;

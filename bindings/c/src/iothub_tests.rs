@@ -54,31 +54,60 @@ fn c_abi_receives_completes_in_order_and_sends_telemetry() {
     let host = CString::new("127.0.0.1").unwrap();
     let mut dev = ptr::null_mut();
     let s = unsafe {
-        mqstate_iothub_device_new(cs.as_ptr(), host.as_ptr(), port, false, ptr::null(), 0, &mut dev)
+        mqstate_iothub_device_new(
+            cs.as_ptr(),
+            host.as_ptr(),
+            port,
+            false,
+            ptr::null(),
+            0,
+            &mut dev,
+        )
     };
     assert_eq!(s, MQSTATE_OK);
 
     let msgs: Vec<_> = (0..3).map(|_| receive(dev)).collect();
     let m0 = msgs[0];
     let (mut data, mut len) = (ptr::null(), 0usize);
-    assert_eq!(unsafe { mqstate_c2d_message_payload(m0, &mut data, &mut len) }, MQSTATE_OK);
+    assert_eq!(
+        unsafe { mqstate_c2d_message_payload(m0, &mut data, &mut len) },
+        MQSTATE_OK
+    );
     assert_eq!(unsafe { std::slice::from_raw_parts(data, len) }, b"body0");
     let mut v = ptr::null();
     let name = CString::new("message_id").unwrap();
-    assert_eq!(unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) }, MQSTATE_OK);
+    assert_eq!(
+        unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) },
+        MQSTATE_OK
+    );
     assert_eq!(cstr(v), "m0");
     let name = CString::new("correlation_id").unwrap();
-    assert_eq!(unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) }, MQSTATE_NOT_FOUND);
+    assert_eq!(
+        unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) },
+        MQSTATE_NOT_FOUND
+    );
     let name = CString::new("colour").unwrap();
-    assert_eq!(unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) }, MQSTATE_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { mqstate_c2d_message_system_property(m0, name.as_ptr(), &mut v) },
+        MQSTATE_INVALID_ARGUMENT
+    );
     let mut count = 0;
-    assert_eq!(unsafe { mqstate_c2d_message_property_count(m0, &mut count) }, MQSTATE_OK);
+    assert_eq!(
+        unsafe { mqstate_c2d_message_property_count(m0, &mut count) },
+        MQSTATE_OK
+    );
     assert_eq!(count, 3);
     let mut got = Vec::new();
     for i in 0..count {
         let (mut n, mut val) = (ptr::null(), ptr::null());
-        assert_eq!(unsafe { mqstate_c2d_message_property(m0, i, &mut n, &mut val) }, MQSTATE_OK);
-        got.push((cstr(n).to_owned(), (!val.is_null()).then(|| cstr(val).to_owned())));
+        assert_eq!(
+            unsafe { mqstate_c2d_message_property(m0, i, &mut n, &mut val) },
+            MQSTATE_OK
+        );
+        got.push((
+            cstr(n).to_owned(),
+            (!val.is_null()).then(|| cstr(val).to_owned()),
+        ));
     }
     assert_eq!(
         got,
@@ -102,7 +131,10 @@ fn c_abi_receives_completes_in_order_and_sends_telemetry() {
         let q = hub.queue("cdev").unwrap();
         if q.depth == 0 {
             assert_eq!(
-                q.finished.iter().filter(|m| m.state == MessageState::Completed).count(),
+                q.finished
+                    .iter()
+                    .filter(|m| m.state == MessageState::Completed)
+                    .count(),
                 3
             );
             break;
@@ -116,7 +148,10 @@ fn c_abi_receives_completes_in_order_and_sends_telemetry() {
 
     // Nothing more: the receive times out.
     let mut m = ptr::null_mut();
-    assert_eq!(unsafe { mqstate_iothub_device_receive(dev, 100, &mut m) }, MQSTATE_TIMEOUT);
+    assert_eq!(
+        unsafe { mqstate_iothub_device_receive(dev, 100, &mut m) },
+        MQSTATE_TIMEOUT
+    );
     assert!(m.is_null());
 
     // Telemetry.
@@ -127,7 +162,14 @@ fn c_abi_receives_completes_in_order_and_sends_telemetry() {
     let mid = CString::new("t1").unwrap();
     let s = unsafe {
         mqstate_iothub_device_send_event(
-            dev, b"tele".as_ptr(), 4, name_ptrs.as_ptr(), value_ptrs.as_ptr(), 2, mid.as_ptr(), ptr::null(),
+            dev,
+            b"tele".as_ptr(),
+            4,
+            name_ptrs.as_ptr(),
+            value_ptrs.as_ptr(),
+            2,
+            mid.as_ptr(),
+            ptr::null(),
         )
     };
     assert_eq!(s, MQSTATE_OK);
@@ -140,14 +182,25 @@ fn c_abi_receives_completes_in_order_and_sends_telemetry() {
     unsafe { mqstate_iothub_device_free(dev) };
 
     // Wrong key: MQSTATE_AUTHENTICATION_FAILED; NULL arguments: MQSTATE_NULL_PARAMETER.
-    let bad = CString::new("HostName=localhost;DeviceId=cdev;SharedAccessKey=d3Jvbmcga2V5").unwrap();
+    let bad =
+        CString::new("HostName=localhost;DeviceId=cdev;SharedAccessKey=d3Jvbmcga2V5").unwrap();
     let mut dev = ptr::null_mut();
     let s: mqstate_status = unsafe {
-        mqstate_iothub_device_new(bad.as_ptr(), host.as_ptr(), port, false, ptr::null(), 0, &mut dev)
+        mqstate_iothub_device_new(
+            bad.as_ptr(),
+            host.as_ptr(),
+            port,
+            false,
+            ptr::null(),
+            0,
+            &mut dev,
+        )
     };
     assert_eq!(s, MQSTATE_AUTHENTICATION_FAILED);
     assert!(dev.is_null());
-    let s = unsafe { mqstate_iothub_device_new(ptr::null(), ptr::null(), 0, false, ptr::null(), 0, &mut dev) };
+    let s = unsafe {
+        mqstate_iothub_device_new(ptr::null(), ptr::null(), 0, false, ptr::null(), 0, &mut dev)
+    };
     assert_eq!(s, MQSTATE_NULL_PARAMETER);
     rt.block_on(server.shutdown());
 }
