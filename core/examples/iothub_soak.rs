@@ -11,7 +11,12 @@
 //! cargo run --release -p mqstate --example iothub_soak -- [MESSAGES] [KILL_EVERY_SECS]
 //! ```
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -7,7 +7,12 @@
 //! cargo run --release -p mqstate --example iothub_throughput -- [MESSAGES] [ROUNDS]
 //! ```
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::time::{Duration, Instant};
 
