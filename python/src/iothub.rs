@@ -375,10 +375,14 @@ impl Messages {
         let client = self.client.bind(py).get();
         match client.receive(py, None) {
             Ok(m) => Ok(m),
-            // The end of the iteration: the client was closed by the application.
+            // The end of the iteration: the client was closed (a `Disconnected`); any other
+            // reason it stopped (refused credentials...) is raised.
             Err(e)
                 if client.inner.state() == mqstate::ConnectionState::Closed
-                    && e.is_instance_of::<pyo3::exceptions::PyConnectionError>(py) =>
+                    && e.value(py)
+                        .getattr("code")
+                        .and_then(|c| c.extract::<String>())
+                        .is_ok_and(|c| c == mqstate::ErrorKind::Disconnected.as_str()) =>
             {
                 Ok(None)
             }
