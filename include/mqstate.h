@@ -105,6 +105,10 @@ enum mqstate_status
    */
   MQSTATE_BUFFER_TOO_SMALL = 102,
   /**
+   * The operation does not exist for this protocol (IoT Hub's reject/abandon over MQTT).
+   */
+  MQSTATE_NOT_SUPPORTED = 103,
+  /**
    * No response arrived within the request timeout.
    */
   MQSTATE_TIMEOUT = 200,
@@ -116,6 +120,10 @@ enum mqstate_status
    * The connection could not be configured or established (refused, TLS files...).
    */
   MQSTATE_CONNECTION_ERROR = 202,
+  /**
+   * The server refused the credentials (wrong key or token, expired token, unknown device).
+   */
+  MQSTATE_AUTHENTICATION_FAILED = 203,
   /**
    * The state store answered with an error; `mqstate_error_service_kind` says which.
    */
@@ -258,6 +266,12 @@ typedef uint32_t mqstate_notification_kind;
 #endif // __cplusplus
 
 /**
+ * A received cloud-to-device message. Its strings are owned by it: valid until
+ * `mqstate_c2d_message_free`.
+ */
+typedef struct mqstate_c2d_message mqstate_c2d_message;
+
+/**
  * A connected state store client. Thread-safe: every function taking a
  * `const mqstate_client *` (and `mqstate_client_set_timeout_ms`) may be called from any
  * number of threads at once; `mqstate_client_free` must not race with them. It owns its own
@@ -282,6 +296,12 @@ typedef struct mqstate_connect_options mqstate_connect_options;
  * renewal but leaves the key until the term passes).
  */
 typedef struct mqstate_election mqstate_election;
+
+/**
+ * An IoT Hub device connection (MQTT 3.1.1). Thread-safe: receive, send and complete may be
+ * called from several threads.
+ */
+typedef struct mqstate_iothub_device mqstate_iothub_device;
 
 /**
  * A lease: one key that holds its holder's name while the lease is held (`SET name holder
@@ -558,6 +578,109 @@ mqstate_status mqstate_hex_decode(const char *text,
                                   uint8_t *buf,
                                   size_t buf_len,
                                   size_t *written_out);
+
+/**
+ * Connects a device. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
+ * `host` (optional) and `port` (0: 8883) say where to connect; `tls` false is plain TCP
+ * (a local hub); `ca_file` (optional) is the PEM file of the CA to trust.
+ * `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
+ */
+mqstate_status mqstate_iothub_device_new(const char *connection_string,
+                                         const char *host,
+                                         uint16_t port,
+                                         bool tls,
+                                         const char *ca_file,
+                                         uint32_t token_lifetime_secs,
+                                         struct mqstate_iothub_device **device_out);
+
+/**
+ * Closes the connection and frees the device. NULL is a no-op. Messages not completed stay
+ * in the hub's queue.
+ */
+void mqstate_iothub_device_free(struct mqstate_iothub_device *device);
+
+/**
+ * Waits up to `timeout_ms` for the next cloud-to-device message. `MQSTATE_TIMEOUT` when none
+ * came; `MQSTATE_UNEXPECTED_PAYLOAD` for a message whose property bag is malformed (it was
+ * acknowledged; the next call goes on); `MQSTATE_DISCONNECTED` once the device is closed.
+ * The message belongs to the caller: complete it, then free it.
+ */
+mqstate_status mqstate_iothub_device_receive(const struct mqstate_iothub_device *device,
+                                             uint32_t timeout_ms,
+                                             struct mqstate_c2d_message **message_out);
+
+/**
+ * Sends telemetry and waits for the hub's PUBACK. `names`/`values` are `count` application
+ * properties (a NULL value is a null property; `names`/`values` may be NULL when `count` is
+ * 0); `message_id` and `content_type` are optional.
+ */
+mqstate_status mqstate_iothub_device_send_event(const struct mqstate_iothub_device *device,
+                                                const uint8_t *payload,
+                                                size_t payload_len,
+                                                const char *const *names,
+                                                const char *const *values,
+                                                size_t count,
+                                                const char *message_id,
+                                                const char *content_type);
+
+/**
+ * Completes the message: its PUBACK is sent, in arrival order (held until every earlier
+ * message is completed). `MQSTATE_DISCONNECTED` when its connection dropped since (the hub
+ * delivers it again); `MQSTATE_INVALID_ARGUMENT` when already completed.
+ */
+mqstate_status mqstate_c2d_complete(const struct mqstate_c2d_message *message);
+
+/**
+ * Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot reject a message over MQTT.
+ */
+mqstate_status mqstate_c2d_reject(const struct mqstate_c2d_message *message);
+
+/**
+ * Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot abandon a message over MQTT.
+ */
+mqstate_status mqstate_c2d_abandon(const struct mqstate_c2d_message *message);
+
+/**
+ * The body (valid until the message is freed).
+ */
+mqstate_status mqstate_c2d_message_payload(const struct mqstate_c2d_message *message,
+                                           const uint8_t **data_out,
+                                           size_t *len_out);
+
+/**
+ * A system property by name: `message_id`, `correlation_id`, `user_id`, `to`,
+ * `expiry_time`, `content_type`, `content_encoding`, `ack`. `MQSTATE_NOT_FOUND` when the
+ * message does not carry it; `MQSTATE_INVALID_ARGUMENT` for another name.
+ */
+mqstate_status mqstate_c2d_message_system_property(const struct mqstate_c2d_message *message,
+                                                   const char *name,
+                                                   const char **value_out);
+
+/**
+ * How many application properties the message has.
+ */
+mqstate_status mqstate_c2d_message_property_count(const struct mqstate_c2d_message *message,
+                                                  size_t *count_out);
+
+/**
+ * The application property at `index` (arrival order): its name and value; `*value_out` is
+ * NULL for a null property (`key` on the wire) and "" for an empty one (`key=`).
+ */
+mqstate_status mqstate_c2d_message_property(const struct mqstate_c2d_message *message,
+                                            size_t index,
+                                            const char **name_out,
+                                            const char **value_out);
+
+/**
+ * Whether the message was delivered before (at-least-once delivery).
+ */
+mqstate_status mqstate_c2d_message_is_redelivery(const struct mqstate_c2d_message *message,
+                                                 bool *redelivery_out);
+
+/**
+ * Frees a message (without completing it). NULL is a no-op.
+ */
+void mqstate_c2d_message_free(struct mqstate_c2d_message *message);
 
 /**
  * Creates a lease on key `name`, held as `holder` (bytes; empty not allowed). Nothing is

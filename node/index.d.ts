@@ -29,7 +29,7 @@ export type ConnectionState = 'connecting' | 'connected' | 'reconnecting' | 'clo
 /** What `vdel` did. */
 export type VdelOutcome = 'deleted' | 'notFound' | 'valueMismatch';
 /** The `code` of every error this package rejects or throws with. */
-export type ErrorCode = 'ERR_INVALID_ARGUMENT' | 'ERR_TIMEOUT' | 'ERR_DISCONNECTED' | 'ERR_SERVICE' | 'ERR_UNEXPECTED_PAYLOAD' | 'ERR_CLOCK_DRIFT' | 'ERR_CONNECTION' | 'ERR_LAGGED' | 'ABORT_ERR';
+export type ErrorCode = 'ERR_INVALID_ARGUMENT' | 'ERR_TIMEOUT' | 'ERR_DISCONNECTED' | 'ERR_SERVICE' | 'ERR_UNEXPECTED_PAYLOAD' | 'ERR_CLOCK_DRIFT' | 'ERR_CONNECTION' | 'ERR_LAGGED' | 'ERR_AUTHENTICATION' | 'ERR_NOT_SUPPORTED' | 'ABORT_ERR';
 /**
  * An error from this package: an `Error` with a stable `code`. Service errors (`ERR_SERVICE`:
  * the state store answered `-ERR ...`) also have `serviceKind` (`quota_exceeded`,
@@ -326,3 +326,71 @@ export declare class LeaderElection {
 }
 /** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
 export declare function benchRustGet(url: string, n: number, depth: number): Promise<number>;
+export { LocalIotHub } from './binding';
+export type { DeviceConnectOptions, Property } from './binding';
+/** Telemetry options for {@link DeviceClient.sendEvent}. */
+export interface EventOptions {
+    /** Application properties in order; a `null` value is a null property. */
+    properties?: native.Property[];
+    /** `$.mid`. */
+    messageId?: string;
+    /** `$.ct`. */
+    contentType?: string;
+}
+/**
+ * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
+ * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with
+ * `ERR_NOT_SUPPORTED` (IoT Hub has neither over MQTT).
+ */
+export declare class C2dMessage {
+    private readonly native;
+    /** @internal */
+    constructor(native: native.NativeC2dMessage);
+    get payload(): Buffer;
+    get messageId(): string | null;
+    get correlationId(): string | null;
+    get userId(): string | null;
+    get to(): string | null;
+    get expiryTime(): string | null;
+    get contentType(): string | null;
+    get contentEncoding(): string | null;
+    get ack(): string | null;
+    /** Application properties in order; `value` is `null` for a null property, `''` for an empty one. */
+    get properties(): native.Property[];
+    /** True when the message was delivered before (at-least-once delivery). */
+    get isRedelivery(): boolean;
+    /** Completes the message (its PUBACK goes out in arrival order). */
+    complete(): Promise<void>;
+    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    reject(): Promise<void>;
+    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    abandon(): Promise<void>;
+}
+/**
+ * An IoT Hub device client over MQTT 3.1.1.
+ *
+ * ```ts
+ * const device = await DeviceClient.connect('HostName=...;DeviceId=dev1;SharedAccessKey=...');
+ * for await (const msg of device) {
+ *   console.log(msg.messageId, msg.properties, msg.payload.toString());
+ *   await msg.complete();
+ * }
+ * ```
+ */
+export declare class DeviceClient implements AsyncIterable<C2dMessage> {
+    private readonly native;
+    private constructor();
+    /** Connects (resolves once subscribed to the device's C2D topic). */
+    static connect(connectionString: string, options?: native.DeviceConnectOptions): Promise<DeviceClient>;
+    get deviceId(): string;
+    get state(): ConnectionState;
+    /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
+    receive(): Promise<C2dMessage>;
+    /** The messages until the client is closed (then the iteration ends). */
+    messages(): AsyncGenerator<C2dMessage, void, undefined>;
+    [Symbol.asyncIterator](): AsyncGenerator<C2dMessage, void, undefined>;
+    /** Sends telemetry; resolves on the hub's PUBACK. */
+    sendEvent(payload: Bytes, options?: EventOptions): Promise<void>;
+    /** Disconnects; uncompleted messages stay in the hub's queue. */
+    close(): Promise<void>;
+}

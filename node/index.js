@@ -53,7 +53,7 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = void 0;
+exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = void 0;
 exports.isMqstateError = isMqstateError;
 exports.benchRustGet = benchRustGet;
 const native = __importStar(require("./binding"));
@@ -77,6 +77,8 @@ const CODES = new Set([
     'ERR_CLOCK_DRIFT',
     'ERR_CONNECTION',
     'ERR_LAGGED',
+    'ERR_AUTHENTICATION',
+    'ERR_NOT_SUPPORTED',
     'ABORT_ERR',
 ]);
 function invalid(message) {
@@ -601,3 +603,125 @@ Object.defineProperty(binding_1.Hlc.prototype, Symbol.for('nodejs.util.inspect.c
         return `Hlc(${this.toString()})`;
     },
 });
+// ---------------------------------------------------------------------------------------
+// IoT Hub device client (mqstate::iothub)
+// ---------------------------------------------------------------------------------------
+var binding_3 = require("./binding");
+Object.defineProperty(exports, "LocalIotHub", { enumerable: true, get: function () { return binding_3.LocalIotHub; } });
+/**
+ * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
+ * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with
+ * `ERR_NOT_SUPPORTED` (IoT Hub has neither over MQTT).
+ */
+class C2dMessage {
+    native;
+    /** @internal */
+    constructor(native) {
+        this.native = native;
+    }
+    get payload() {
+        return this.native.payload;
+    }
+    get messageId() {
+        return this.native.messageId;
+    }
+    get correlationId() {
+        return this.native.correlationId;
+    }
+    get userId() {
+        return this.native.userId;
+    }
+    get to() {
+        return this.native.to;
+    }
+    get expiryTime() {
+        return this.native.expiryTime;
+    }
+    get contentType() {
+        return this.native.contentType;
+    }
+    get contentEncoding() {
+        return this.native.contentEncoding;
+    }
+    get ack() {
+        return this.native.ack;
+    }
+    /** Application properties in order; `value` is `null` for a null property, `''` for an empty one. */
+    get properties() {
+        return this.native.properties;
+    }
+    /** True when the message was delivered before (at-least-once delivery). */
+    get isRedelivery() {
+        return this.native.isRedelivery;
+    }
+    /** Completes the message (its PUBACK goes out in arrival order). */
+    async complete() {
+        this.native.complete();
+    }
+    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    async reject() {
+        this.native.reject();
+    }
+    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    async abandon() {
+        this.native.abandon();
+    }
+}
+exports.C2dMessage = C2dMessage;
+/**
+ * An IoT Hub device client over MQTT 3.1.1.
+ *
+ * ```ts
+ * const device = await DeviceClient.connect('HostName=...;DeviceId=dev1;SharedAccessKey=...');
+ * for await (const msg of device) {
+ *   console.log(msg.messageId, msg.properties, msg.payload.toString());
+ *   await msg.complete();
+ * }
+ * ```
+ */
+class DeviceClient {
+    native;
+    constructor(native) {
+        this.native = native;
+    }
+    /** Connects (resolves once subscribed to the device's C2D topic). */
+    static async connect(connectionString, options) {
+        return new DeviceClient(await native.NativeDeviceClient.connect(connectionString, options));
+    }
+    get deviceId() {
+        return this.native.deviceId;
+    }
+    get state() {
+        return this.native.state;
+    }
+    /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
+    async receive() {
+        return new C2dMessage(await this.native.receive());
+    }
+    /** The messages until the client is closed (then the iteration ends). */
+    async *messages() {
+        for (;;) {
+            try {
+                yield await this.receive();
+            }
+            catch (e) {
+                if (e.code === 'ERR_DISCONNECTED' && this.state === 'closed') {
+                    return;
+                }
+                throw e;
+            }
+        }
+    }
+    [Symbol.asyncIterator]() {
+        return this.messages();
+    }
+    /** Sends telemetry; resolves on the hub's PUBACK. */
+    sendEvent(payload, options = {}) {
+        return this.native.sendEvent(payload, options.properties, options.messageId, options.contentType);
+    }
+    /** Disconnects; uncompleted messages stay in the hub's queue. */
+    close() {
+        return this.native.close();
+    }
+}
+exports.DeviceClient = DeviceClient;

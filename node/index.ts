@@ -51,6 +51,8 @@ export type ErrorCode =
   | 'ERR_CLOCK_DRIFT'
   | 'ERR_CONNECTION'
   | 'ERR_LAGGED'
+  | 'ERR_AUTHENTICATION'
+  | 'ERR_NOT_SUPPORTED'
   | 'ABORT_ERR';
 
 /**
@@ -84,6 +86,8 @@ const CODES = new Set<string>([
   'ERR_CLOCK_DRIFT',
   'ERR_CONNECTION',
   'ERR_LAGGED',
+  'ERR_AUTHENTICATION',
+  'ERR_NOT_SUPPORTED',
   'ABORT_ERR',
 ]);
 
@@ -764,3 +768,146 @@ Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
     return `Hlc(${this.toString()})`;
   },
 });
+
+// ---------------------------------------------------------------------------------------
+// IoT Hub device client (mqstate::iothub)
+// ---------------------------------------------------------------------------------------
+
+export { LocalIotHub } from './binding';
+export type { DeviceConnectOptions, Property } from './binding';
+
+/** Telemetry options for {@link DeviceClient.sendEvent}. */
+export interface EventOptions {
+  /** Application properties in order; a `null` value is a null property. */
+  properties?: native.Property[];
+  /** `$.mid`. */
+  messageId?: string;
+  /** `$.ct`. */
+  contentType?: string;
+}
+
+/**
+ * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
+ * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with
+ * `ERR_NOT_SUPPORTED` (IoT Hub has neither over MQTT).
+ */
+export class C2dMessage {
+  /** @internal */
+  constructor(private readonly native: native.NativeC2dMessage) {}
+  get payload(): Buffer {
+    return this.native.payload;
+  }
+  get messageId(): string | null {
+    return this.native.messageId;
+  }
+  get correlationId(): string | null {
+    return this.native.correlationId;
+  }
+  get userId(): string | null {
+    return this.native.userId;
+  }
+  get to(): string | null {
+    return this.native.to;
+  }
+  get expiryTime(): string | null {
+    return this.native.expiryTime;
+  }
+  get contentType(): string | null {
+    return this.native.contentType;
+  }
+  get contentEncoding(): string | null {
+    return this.native.contentEncoding;
+  }
+  get ack(): string | null {
+    return this.native.ack;
+  }
+  /** Application properties in order; `value` is `null` for a null property, `''` for an empty one. */
+  get properties(): native.Property[] {
+    return this.native.properties;
+  }
+  /** True when the message was delivered before (at-least-once delivery). */
+  get isRedelivery(): boolean {
+    return this.native.isRedelivery;
+  }
+  /** Completes the message (its PUBACK goes out in arrival order). */
+  async complete(): Promise<void> {
+    this.native.complete();
+  }
+  /** Always rejects with `ERR_NOT_SUPPORTED`. */
+  async reject(): Promise<void> {
+    this.native.reject();
+  }
+  /** Always rejects with `ERR_NOT_SUPPORTED`. */
+  async abandon(): Promise<void> {
+    this.native.abandon();
+  }
+}
+
+/**
+ * An IoT Hub device client over MQTT 3.1.1.
+ *
+ * ```ts
+ * const device = await DeviceClient.connect('HostName=...;DeviceId=dev1;SharedAccessKey=...');
+ * for await (const msg of device) {
+ *   console.log(msg.messageId, msg.properties, msg.payload.toString());
+ *   await msg.complete();
+ * }
+ * ```
+ */
+export class DeviceClient implements AsyncIterable<C2dMessage> {
+  private constructor(private readonly native: native.NativeDeviceClient) {}
+
+  /** Connects (resolves once subscribed to the device's C2D topic). */
+  static async connect(
+    connectionString: string,
+    options?: native.DeviceConnectOptions,
+  ): Promise<DeviceClient> {
+    return new DeviceClient(await native.NativeDeviceClient.connect(connectionString, options));
+  }
+
+  get deviceId(): string {
+    return this.native.deviceId;
+  }
+
+  get state(): ConnectionState {
+    return this.native.state as ConnectionState;
+  }
+
+  /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
+  async receive(): Promise<C2dMessage> {
+    return new C2dMessage(await this.native.receive());
+  }
+
+  /** The messages until the client is closed (then the iteration ends). */
+  async *messages(): AsyncGenerator<C2dMessage, void, undefined> {
+    for (;;) {
+      try {
+        yield await this.receive();
+      } catch (e) {
+        if ((e as { code?: string }).code === 'ERR_DISCONNECTED' && this.state === 'closed') {
+          return;
+        }
+        throw e;
+      }
+    }
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<C2dMessage, void, undefined> {
+    return this.messages();
+  }
+
+  /** Sends telemetry; resolves on the hub's PUBACK. */
+  sendEvent(payload: Bytes, options: EventOptions = {}): Promise<void> {
+    return this.native.sendEvent(
+      payload,
+      options.properties,
+      options.messageId,
+      options.contentType,
+    );
+  }
+
+  /** Disconnects; uncompleted messages stay in the hub's queue. */
+  close(): Promise<void> {
+    return this.native.close();
+  }
+}

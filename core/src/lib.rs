@@ -40,6 +40,7 @@
 // API, `blocking` wraps the client for non-async callers.
 pub mod blocking;
 pub mod client;
+pub mod iothub;
 pub mod lock;
 pub mod protocol;
 

@@ -16,6 +16,7 @@
 mod client;
 mod error;
 mod hlc;
+mod iothub;
 mod lock;
 mod observe;
 mod server;
@@ -25,6 +26,7 @@ mod util;
 pub use client::{CancelToken, NativeClient, bench_rust_get};
 pub use error::invalid_argument_error;
 pub use hlc::Hlc;
+pub use iothub::{LocalIotHub, NativeC2dMessage, NativeDeviceClient};
 pub use lock::{
     NativeLeaderElection, NativeLeadershipEvents, NativeLease, NativeLeaseEvents, NativeLock,
     NativeLockGuard,

@@ -21,6 +21,7 @@ state store in-process for tests.
 """
 
 from ._errors import (
+    AuthenticationFailed,
     ClockDrift,
     ConnectionFailed,
     Disconnected,
@@ -28,6 +29,7 @@ from ._errors import (
     InvalidArgument,
     Lagged,
     MalformedHlc,
+    NotSupported,
     ServiceError,
     TimeoutError,
     UnexpectedPayload,
@@ -65,6 +67,7 @@ __all__ = [
     "AsyncLock",
     "AsyncLockGuard",
     "AsyncObservation",
+    "AuthenticationFailed",
     "ClockDrift",
     "Client",
     "ConnectionFailed",
@@ -82,6 +85,7 @@ __all__ = [
     "Lock",
     "LockGuard",
     "MalformedHlc",
+    "NotSupported",
     "Notification",
     "Observation",
     "Pending",

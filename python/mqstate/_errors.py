@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 
 __all__ = [
+    "AuthenticationFailed",
     "ClockDrift",
     "ConnectionFailed",
     "Disconnected",
@@ -16,6 +17,7 @@ __all__ = [
     "InvalidArgument",
     "Lagged",
     "MalformedHlc",
+    "NotSupported",
     "ServiceError",
     "TimeoutError",
     "UnexpectedPayload",
@@ -110,6 +112,18 @@ class Lagged(Error):
         self.missed = missed
 
 
+class AuthenticationFailed(Error, ConnectionError):
+    """The server refused the credentials (wrong key or token, expired token, unknown device)."""
+
+    code = "authentication"
+
+
+class NotSupported(Error):
+    """The operation does not exist for this protocol (IoT Hub's reject/abandon over MQTT)."""
+
+    code = "not_supported"
+
+
 #: The core's stable kind strings (``mqstate::ErrorKind::as_str``) to classes: the only place
 #: they are mapped. A kind this version does not know becomes a plain :class:`Error`.
 _BY_KIND: dict[str, type[Error]] = {
@@ -121,6 +135,8 @@ _BY_KIND: dict[str, type[Error]] = {
     "clock_drift": ClockDrift,
     "connection": ConnectionFailed,
     "lagged": Lagged,
+    "authentication": AuthenticationFailed,
+    "not_supported": NotSupported,
     # The binding's own kind: an HLC the caller gave does not parse.
     "malformed_hlc": MalformedHlc,
 }

@@ -16,6 +16,11 @@ _Path = str | os.PathLike[str]
 
 __version__: Final[str]
 __all__ = [
+    "AsyncDeviceClient",
+    "AsyncMessages",
+    "C2dMessage",
+    "DeviceClient",
+    "Messages",
     "AsyncClient",
     "AsyncLeaderElection",
     "AsyncLease",
@@ -30,6 +35,7 @@ __all__ = [
     "Lease",
     "LeaseEvent",
     "LeaseEvents",
+    "LocalIotHub",
     "LocalServer",
     "Lock",
     "LockGuard",
@@ -742,3 +748,139 @@ def _bench_rust_get(url: str, n: int, depth: int, key: str = "mqstate-bench") ->
 
 def _bench_rust_blocking_get(url: str, n: int, key: str = "mqstate-bench") -> float:
     """Benchmark helper: GETs per second of a Rust blocking client, one at a time."""
+
+
+_Properties = list[tuple[str, str | None]]
+
+@final
+class C2dMessage:
+    """A received cloud-to-device message; ``complete()`` acknowledges it (in arrival order)."""
+
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def message_id(self) -> str | None: ...
+    @property
+    def correlation_id(self) -> str | None: ...
+    @property
+    def user_id(self) -> str | None: ...
+    @property
+    def to(self) -> str | None: ...
+    @property
+    def expiry_time(self) -> str | None: ...
+    @property
+    def content_type(self) -> str | None: ...
+    @property
+    def content_encoding(self) -> str | None: ...
+    @property
+    def ack(self) -> str | None: ...
+    @property
+    def properties(self) -> _Properties:
+        """Application properties in order; a ``None`` value is a null property."""
+
+    @property
+    def other_system_properties(self) -> _Properties: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def is_redelivery(self) -> bool: ...
+    def complete(self) -> None: ...
+    def reject(self) -> None:
+        """Always raises :class:`mqstate.NotSupported`."""
+
+    def abandon(self) -> None:
+        """Always raises :class:`mqstate.NotSupported`."""
+
+@final
+class Messages:
+    def __iter__(self) -> Messages: ...
+    def __next__(self) -> C2dMessage | None: ...
+
+@final
+class AsyncMessages:
+    def __aiter__(self) -> AsyncMessages: ...
+    def __anext__(self) -> asyncio.Future[C2dMessage]: ...
+
+@final
+class DeviceClient:
+    """A blocking IoT Hub device client; the constructor connects."""
+
+    def __new__(cls, connection_string: str, **options: Any) -> DeviceClient: ...
+    @property
+    def device_id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+    def receive(self, timeout: float | datetime.timedelta | None = None) -> C2dMessage | None: ...
+    def messages(self) -> Messages: ...
+    def send_event(
+        self,
+        payload: bytes | str,
+        properties: dict[str, str | None] | _Properties | None = None,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+    ) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> DeviceClient: ...
+    def __exit__(self, *exc_info: object) -> bool: ...
+
+@final
+class AsyncDeviceClient:
+    """An asyncio IoT Hub device client: ``await AsyncDeviceClient.connect(cs)``."""
+
+    @staticmethod
+    def connect(connection_string: str, **options: Any) -> Pending[AsyncDeviceClient]: ...
+    @property
+    def device_id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+    def receive(self) -> asyncio.Future[C2dMessage]: ...
+    def messages(self) -> AsyncMessages: ...
+    def send_event(
+        self,
+        payload: bytes | str,
+        properties: dict[str, str | None] | _Properties | None = None,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+    ) -> asyncio.Future[None]: ...
+    def close(self) -> asyncio.Future[None]: ...
+    def __aenter__(self) -> asyncio.Future[AsyncDeviceClient]: ...
+    def __aexit__(self, *exc_info: object) -> asyncio.Future[bool]: ...
+
+@final
+class LocalIotHub:
+    """A local IoT Hub in this process (plain TCP device endpoint on 127.0.0.1)."""
+
+    def __new__(cls, *, lock_timeout: float | datetime.timedelta | None = None) -> LocalIotHub: ...
+    @property
+    def port(self) -> int: ...
+    def add_device(self, device_id: str) -> str:
+        """Registers a device; returns its connection string (connect with port=, tls=False)."""
+
+    def send(
+        self,
+        device_id: str,
+        payload: bytes | str,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        user_id: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        properties: _Properties | None = None,
+    ) -> None: ...
+    def queue_depth(self, device_id: str) -> int: ...
+    def completed(self, device_id: str) -> int: ...
+    def telemetry(self, device_id: str) -> list[tuple[bytes, _Properties, _Properties]]: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> LocalIotHub: ...
+    def __exit__(self, *exc_info: object) -> bool: ...

@@ -35,9 +35,9 @@ import signal
 import sys
 import threading
 
-from ._native import LocalServer
+from ._native import LocalIotHub, LocalServer
 
-__all__ = ["LocalServer", "main"]
+__all__ = ["LocalIotHub", "LocalServer", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:

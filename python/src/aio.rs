@@ -166,7 +166,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Runs `future` on the library's runtime and returns an `asyncio.Future` of the running
 /// loop for it; `complete` later runs on the loop's thread with the output (a panic of
 /// `future` becomes a `RuntimeError` there). Cancelling the asyncio future aborts the task.
-fn spawn_with<'py, F, C>(py: Python<'py>, future: F, complete: C) -> PyResult<Bound<'py, PyAny>>
+pub(crate) fn spawn_with<'py, F, C>(
+    py: Python<'py>,
+    future: F,
+    complete: C,
+) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -190,7 +194,11 @@ where
 }
 
 /// Gives `future` its result or exception, unless it is done already (cancelled).
-fn settle(py: Python<'_>, future: &Bound<'_, PyAny>, result: PyResult<Bound<'_, PyAny>>) {
+pub(crate) fn settle(
+    py: Python<'_>,
+    future: &Bound<'_, PyAny>,
+    result: PyResult<Bound<'_, PyAny>>,
+) {
     if future
         .call_method0("done")
         .and_then(|d| d.is_truthy())

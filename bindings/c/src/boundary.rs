@@ -36,12 +36,16 @@ pub enum mqstate_status {
     /// The caller's buffer is too small; nothing was written; the message says how many
     /// bytes are needed.
     MQSTATE_BUFFER_TOO_SMALL = 102,
+    /// The operation does not exist for this protocol (IoT Hub's reject/abandon over MQTT).
+    MQSTATE_NOT_SUPPORTED = 103,
     /// No response arrived within the request timeout.
     MQSTATE_TIMEOUT = 200,
     /// The connection is down or was closed (`mqstate_client_close`).
     MQSTATE_DISCONNECTED = 201,
     /// The connection could not be configured or established (refused, TLS files...).
     MQSTATE_CONNECTION_ERROR = 202,
+    /// The server refused the credentials (wrong key or token, expired token, unknown device).
+    MQSTATE_AUTHENTICATION_FAILED = 203,
     /// The state store answered with an error; `mqstate_error_service_kind` says which.
     MQSTATE_SERVICE_ERROR = 300,
     /// The reply was not one of the forms the protocol allows for the request.
@@ -69,6 +73,8 @@ impl mqstate_status {
             MQSTATE_INVALID_ARGUMENT => c"MQSTATE_INVALID_ARGUMENT",
             MQSTATE_NULL_PARAMETER => c"MQSTATE_NULL_PARAMETER",
             MQSTATE_BUFFER_TOO_SMALL => c"MQSTATE_BUFFER_TOO_SMALL",
+            MQSTATE_NOT_SUPPORTED => c"MQSTATE_NOT_SUPPORTED",
+            MQSTATE_AUTHENTICATION_FAILED => c"MQSTATE_AUTHENTICATION_FAILED",
             MQSTATE_TIMEOUT => c"MQSTATE_TIMEOUT",
             MQSTATE_DISCONNECTED => c"MQSTATE_DISCONNECTED",
             MQSTATE_CONNECTION_ERROR => c"MQSTATE_CONNECTION_ERROR",
@@ -83,7 +89,7 @@ impl mqstate_status {
 }
 
 /// Every status, for `mqstate_status_name` and the tests.
-pub(crate) fn all_statuses() -> [mqstate_status; 15] {
+pub(crate) fn all_statuses() -> [mqstate_status; 17] {
     [
         MQSTATE_OK,
         MQSTATE_NOT_FOUND,
@@ -91,9 +97,11 @@ pub(crate) fn all_statuses() -> [mqstate_status; 15] {
         MQSTATE_INVALID_ARGUMENT,
         MQSTATE_NULL_PARAMETER,
         MQSTATE_BUFFER_TOO_SMALL,
+        MQSTATE_NOT_SUPPORTED,
         MQSTATE_TIMEOUT,
         MQSTATE_DISCONNECTED,
         MQSTATE_CONNECTION_ERROR,
+        MQSTATE_AUTHENTICATION_FAILED,
         MQSTATE_SERVICE_ERROR,
         MQSTATE_UNEXPECTED_PAYLOAD,
         MQSTATE_CLOCK_DRIFT,
@@ -178,6 +186,8 @@ pub(crate) fn status_of(e: &Error) -> mqstate_status {
         ErrorKind::ClockDrift => MQSTATE_CLOCK_DRIFT,
         ErrorKind::Connection => MQSTATE_CONNECTION_ERROR,
         ErrorKind::Lagged => MQSTATE_LAGGED,
+        ErrorKind::Authentication => MQSTATE_AUTHENTICATION_FAILED,
+        ErrorKind::NotSupported => MQSTATE_NOT_SUPPORTED,
         _ => MQSTATE_UNKNOWN_ERROR,
     }
 }

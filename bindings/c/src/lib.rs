@@ -47,6 +47,7 @@ pub mod boundary;
 pub mod client;
 pub mod errors;
 pub mod hex;
+pub mod iothub;
 pub mod lock;
 pub mod observe;
 pub mod options;

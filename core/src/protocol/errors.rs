@@ -69,6 +69,19 @@ pub enum Error {
     /// its buffer was full (the stream goes on; `get` the key to resynchronise).
     #[error("observation lagged: {0} notifications dropped because the stream's buffer was full")]
     Lagged(u64),
+    /// The server refused the credentials (a bad key or SAS token, an expired token, an
+    /// unknown device or a refused certificate); the message says which. Retrying with the
+    /// same credentials cannot succeed.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
+    /// The operation does not exist for this protocol (IoT Hub's `reject` and `abandon` over
+    /// MQTT). Nothing was sent.
+    #[error("not supported: {0}")]
+    NotSupported(String),
+    /// A received message could not be decoded (a malformed IoT Hub property bag); the
+    /// connection goes on. Its kind is [`ErrorKind::UnexpectedPayload`].
+    #[error("malformed message: {0}")]
+    MalformedMessage(String),
 }
 
 impl Error {
@@ -86,6 +99,9 @@ impl Error {
             Error::Connection(_) => ErrorKind::Connection,
             Error::UnexpectedResponse(_) => ErrorKind::UnexpectedPayload,
             Error::Lagged(_) => ErrorKind::Lagged,
+            Error::Authentication(_) => ErrorKind::Authentication,
+            Error::NotSupported(_) => ErrorKind::NotSupported,
+            Error::MalformedMessage(_) => ErrorKind::UnexpectedPayload,
         }
     }
 
@@ -126,6 +142,10 @@ pub enum ErrorKind {
     Connection,
     /// See [`Error::Lagged`].
     Lagged,
+    /// See [`Error::Authentication`].
+    Authentication,
+    /// See [`Error::NotSupported`].
+    NotSupported,
 }
 
 impl ErrorKind {
@@ -140,6 +160,8 @@ impl ErrorKind {
             ErrorKind::ClockDrift => "clock_drift",
             ErrorKind::Connection => "connection",
             ErrorKind::Lagged => "lagged",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::NotSupported => "not_supported",
         }
     }
 }

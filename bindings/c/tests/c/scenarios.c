@@ -404,6 +404,8 @@ static const char *kind_of_status(mqstate_status s) {
     case MQSTATE_UNEXPECTED_PAYLOAD: return "unexpected_payload";
     case MQSTATE_CLOCK_DRIFT: return "clock_drift";
     case MQSTATE_LAGGED: return "lagged";
+    case MQSTATE_AUTHENTICATION_FAILED: return "authentication";
+    case MQSTATE_NOT_SUPPORTED: return "not_supported";
     default: return NULL;
     }
 }

@@ -1,0 +1,346 @@
+//! The IoT Hub device client: `mqstate_iothub_device_*` and `mqstate_c2d_*`, over the core's
+//! `mqstate::iothub::blocking::DeviceClient`. Receiving waits with a timeout; completion,
+//! ordering and every validation are the core's.
+
+use std::ffi::{CString, c_char};
+use std::time::Duration;
+
+use mqstate::iothub::blocking::DeviceClient;
+use mqstate::iothub::{C2dMessage, DeviceOptions, Telemetry};
+
+use crate::boundary::{
+    FfiError, Out, arg_bytes, arg_opt_str, arg_ref, arg_str, free_handle, into_handle,
+    mqstate_status, mqstate_status::*,
+};
+
+/// An IoT Hub device connection (MQTT 3.1.1). Thread-safe: receive, send and complete may be
+/// called from several threads.
+#[allow(non_camel_case_types, reason = "C type name")]
+#[derive(Debug)]
+pub struct mqstate_iothub_device {
+    client: DeviceClient,
+}
+
+/// A received cloud-to-device message. Its strings are owned by it: valid until
+/// `mqstate_c2d_message_free`.
+#[allow(non_camel_case_types, reason = "C type name")]
+#[derive(Debug)]
+pub struct mqstate_c2d_message {
+    message: C2dMessage,
+    /// NUL-terminated copies of the system properties, by name.
+    system: Vec<(&'static str, CString)>,
+    /// NUL-terminated (name, value) copies; value `None` for a null property.
+    properties: Vec<(CString, Option<CString>)>,
+}
+
+fn cstring(s: &str) -> CString {
+    // Properties are URL-decoded text: a NUL is possible; it is shown escaped.
+    CString::new(s.replace('\0', "\\0")).unwrap_or_default()
+}
+
+impl mqstate_c2d_message {
+    fn new(message: C2dMessage) -> Self {
+        let mut system = Vec::new();
+        for (name, value) in [
+            ("message_id", &message.message_id),
+            ("correlation_id", &message.correlation_id),
+            ("user_id", &message.user_id),
+            ("to", &message.to),
+            ("expiry_time", &message.expiry_time),
+            ("content_type", &message.content_type),
+            ("content_encoding", &message.content_encoding),
+            ("ack", &message.ack),
+        ] {
+            if let Some(v) = value {
+                system.push((name, cstring(v)));
+            }
+        }
+        let properties = message
+            .properties
+            .iter()
+            .map(|(k, v)| (cstring(k), v.as_deref().map(cstring)))
+            .collect();
+        mqstate_c2d_message {
+            message,
+            system,
+            properties,
+        }
+    }
+}
+
+/// Connects a device. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
+/// `host` (optional) and `port` (0: 8883) say where to connect; `tls` false is plain TCP
+/// (a local hub); `ca_file` (optional) is the PEM file of the CA to trust.
+/// `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_iothub_device_new(
+    connection_string: *const c_char,
+    host: *const c_char,
+    port: u16,
+    tls: bool,
+    ca_file: *const c_char,
+    token_lifetime_secs: u32,
+    device_out: *mut *mut mqstate_iothub_device,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY (all args): the C contract (NULL or valid).
+        let cs = unsafe { arg_str(connection_string, "connection_string") }?;
+        let host = unsafe { arg_opt_str(host, "host") }?;
+        let ca_file = unsafe { arg_opt_str(ca_file, "ca_file") }?;
+        let out = unsafe { Out::new(device_out, "device_out") }?;
+        let mut options = DeviceOptions::from_connection_string(cs).map_err(FfiError::from)?;
+        if let Some(h) = host {
+            options.connect_host = Some(h.to_owned());
+        }
+        if port != 0 {
+            options.port = port;
+        }
+        if !tls {
+            options.tls = None;
+        } else if let Some(ca) = ca_file {
+            options.tls = Some(options.tls.take().unwrap_or_default().with_ca_file(ca));
+        }
+        if token_lifetime_secs != 0 {
+            options.token_lifetime = Duration::from_secs(u64::from(token_lifetime_secs));
+        }
+        let client = DeviceClient::connect(options).map_err(FfiError::from)?;
+        out.write(into_handle(mqstate_iothub_device { client }));
+        Ok(())
+    }
+}
+
+/// Closes the connection and frees the device. NULL is a no-op. Messages not completed stay
+/// in the hub's queue.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_iothub_device_free(device: *mut mqstate_iothub_device) {
+    ffi_boundary!(raw () => {
+        // SAFETY: a handle from `mqstate_iothub_device_new`, freed once.
+        unsafe { free_handle(device) }
+    })
+}
+
+/// Waits up to `timeout_ms` for the next cloud-to-device message. `MQSTATE_TIMEOUT` when none
+/// came; `MQSTATE_UNEXPECTED_PAYLOAD` for a message whose property bag is malformed (it was
+/// acknowledged; the next call goes on); `MQSTATE_DISCONNECTED` once the device is closed.
+/// The message belongs to the caller: complete it, then free it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_iothub_device_receive(
+    device: *const mqstate_iothub_device,
+    timeout_ms: u32,
+    message_out: *mut *mut mqstate_c2d_message,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let device = unsafe { arg_ref(device, "device") }?;
+        let out = unsafe { Out::new(message_out, "message_out") }?;
+        match device
+            .client
+            .receive_timeout(Duration::from_millis(u64::from(timeout_ms)))
+            .map_err(FfiError::from)?
+        {
+            Some(m) => {
+                out.write(into_handle(mqstate_c2d_message::new(m)));
+                Ok(())
+            }
+            None => Err(FfiError::new(
+                MQSTATE_TIMEOUT,
+                format!("no message within {timeout_ms} ms"),
+            )),
+        }
+    }
+}
+
+/// Sends telemetry and waits for the hub's PUBACK. `names`/`values` are `count` application
+/// properties (a NULL value is a null property; `names`/`values` may be NULL when `count` is
+/// 0); `message_id` and `content_type` are optional.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_iothub_device_send_event(
+    device: *const mqstate_iothub_device,
+    payload: *const u8,
+    payload_len: usize,
+    names: *const *const c_char,
+    values: *const *const c_char,
+    count: usize,
+    message_id: *const c_char,
+    content_type: *const c_char,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract (arrays of `count` pointers when count > 0).
+        let device = unsafe { arg_ref(device, "device") }?;
+        let payload = unsafe { arg_bytes(payload, payload_len, "payload", true) }?;
+        let mut event = Telemetry::new(payload.to_vec());
+        event.message_id = unsafe { arg_opt_str(message_id, "message_id") }?.map(str::to_owned);
+        event.content_type =
+            unsafe { arg_opt_str(content_type, "content_type") }?.map(str::to_owned);
+        if count > 0 {
+            if names.is_null() {
+                return Err(FfiError::null("names"));
+            }
+            if values.is_null() {
+                return Err(FfiError::null("values"));
+            }
+            for i in 0..count {
+                // SAFETY: `names` and `values` hold `count` pointers.
+                let (n, v) = unsafe { (*names.add(i), *values.add(i)) };
+                let name = unsafe { arg_str(n, "names[i]") }?.to_owned();
+                let value = unsafe { arg_opt_str(v, "values[i]") }?.map(str::to_owned);
+                event.properties.push((name, value));
+            }
+        }
+        device.client.send_event(event).map_err(FfiError::from)
+    }
+}
+
+/// Completes the message: its PUBACK is sent, in arrival order (held until every earlier
+/// message is completed). `MQSTATE_DISCONNECTED` when its connection dropped since (the hub
+/// delivers it again); `MQSTATE_INVALID_ARGUMENT` when already completed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_complete(
+    message: *const mqstate_c2d_message,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        message.message.complete().map_err(FfiError::from)
+    }
+}
+
+/// Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot reject a message over MQTT.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_reject(message: *const mqstate_c2d_message) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        message.message.reject().map_err(FfiError::from)
+    }
+}
+
+/// Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot abandon a message over MQTT.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_abandon(
+    message: *const mqstate_c2d_message,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        message.message.abandon().map_err(FfiError::from)
+    }
+}
+
+/// The body (valid until the message is freed).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_payload(
+    message: *const mqstate_c2d_message,
+    data_out: *mut *const u8,
+    len_out: *mut usize,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let data = unsafe { Out::new(data_out, "data_out") }?;
+        let len = unsafe { Out::new(len_out, "len_out") }?;
+        data.write(message.message.payload.as_ptr());
+        len.write(message.message.payload.len());
+        Ok(())
+    }
+}
+
+/// A system property by name: `message_id`, `correlation_id`, `user_id`, `to`,
+/// `expiry_time`, `content_type`, `content_encoding`, `ack`. `MQSTATE_NOT_FOUND` when the
+/// message does not carry it; `MQSTATE_INVALID_ARGUMENT` for another name.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_system_property(
+    message: *const mqstate_c2d_message,
+    name: *const c_char,
+    value_out: *mut *const c_char,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let name = unsafe { arg_str(name, "name") }?;
+        let out = unsafe { Out::new(value_out, "value_out") }?;
+        const NAMES: [&str; 8] = ["message_id", "correlation_id", "user_id", "to", "expiry_time", "content_type", "content_encoding", "ack"];
+        if !NAMES.contains(&name) {
+            return Err(FfiError::invalid(format!("unknown system property {name:?} (one of {})", NAMES.join(", "))));
+        }
+        match message.system.iter().find(|(n, _)| *n == name) {
+            Some((_, v)) => {
+                out.write(v.as_ptr());
+                Ok(())
+            }
+            None => Err(FfiError::new(MQSTATE_NOT_FOUND, format!("the message has no {name}"))),
+        }
+    }
+}
+
+/// How many application properties the message has.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_property_count(
+    message: *const mqstate_c2d_message,
+    count_out: *mut usize,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let out = unsafe { Out::new(count_out, "count_out") }?;
+        out.write(message.properties.len());
+        Ok(())
+    }
+}
+
+/// The application property at `index` (arrival order): its name and value; `*value_out` is
+/// NULL for a null property (`key` on the wire) and "" for an empty one (`key=`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_property(
+    message: *const mqstate_c2d_message,
+    index: usize,
+    name_out: *mut *const c_char,
+    value_out: *mut *const c_char,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let name = unsafe { Out::new(name_out, "name_out") }?;
+        let value = unsafe { Out::new(value_out, "value_out") }?;
+        let (n, v) = message.properties.get(index).ok_or_else(|| {
+            FfiError::invalid(format!("property index {index} is out of range (count {})", message.properties.len()))
+        })?;
+        name.write(n.as_ptr());
+        value.write(v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()));
+        Ok(())
+    }
+}
+
+/// Whether the message was delivered before (at-least-once delivery).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_is_redelivery(
+    message: *const mqstate_c2d_message,
+    redelivery_out: *mut bool,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let out = unsafe { Out::new(redelivery_out, "redelivery_out") }?;
+        out.write(message.message.is_redelivery());
+        Ok(())
+    }
+}
+
+/// Frees a message (without completing it). NULL is a no-op.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_free(message: *mut mqstate_c2d_message) {
+    ffi_boundary!(raw () => {
+        // SAFETY: a handle from `mqstate_iothub_device_receive`, freed once.
+        unsafe { free_handle(message) }
+    })
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+#[path = "iothub_tests.rs"]
+mod tests;

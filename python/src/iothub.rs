@@ -1,0 +1,740 @@
+//! `mqstate.iothub`: the IoT Hub device client (`DeviceClient`, `AsyncDeviceClient`,
+//! `C2dMessage`) over the core's `mqstate::iothub`. Options, property bags, completion order
+//! and errors all live in the core; this module converts arguments and results.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::PyStopAsyncIteration;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use mqstate::iothub::{self as core, DeviceOptions, Telemetry};
+
+use crate::aio;
+use crate::convert::{duration_arg, owned_bytes_arg};
+use crate::errors;
+use crate::runtime::{runtime, wait};
+
+/// How long one blocking wait lasts before checking for signals (Ctrl-C).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// Builds the core options from a connection string and keyword overrides.
+fn options(
+    py: Python<'_>,
+    connection_string: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<DeviceOptions> {
+    let to_py = |e: mqstate::Error| errors::to_py(py, &e);
+    let mut o = DeviceOptions::from_connection_string(connection_string).map_err(to_py)?;
+    let Some(kwargs) = kwargs else {
+        return Ok(o);
+    };
+    let mut tls = o.tls.take();
+    for (key, value) in kwargs.iter() {
+        let key: String = key.extract()?;
+        match key.as_str() {
+            "host" => o.connect_host = Some(value.extract()?),
+            "port" => o.port = value.extract()?,
+            "tls" => {
+                let on: bool = value.extract()?;
+                tls = if on {
+                    Some(tls.unwrap_or_default())
+                } else {
+                    None
+                };
+            }
+            "ca_file" => {
+                let path: std::path::PathBuf = value.extract()?;
+                tls = Some(tls.unwrap_or_default().with_ca_file(path));
+            }
+            "cert_file" | "key_file" => {}
+            "token_lifetime" => o.token_lifetime = duration_arg(&value, "token_lifetime")?,
+            "receive_buffer" => o.receive_buffer = value.extract()?,
+            "keep_alive" => o.keep_alive = duration_arg(&value, "keep_alive")?,
+            "operation_timeout" => o.operation_timeout = duration_arg(&value, "operation_timeout")?,
+            "connect_timeout" => o.connect_timeout = duration_arg(&value, "connect_timeout")?,
+            other => {
+                return Err(errors::invalid_argument(
+                    py,
+                    format!(
+                        "unknown option {other:?} (host, port, tls, ca_file, cert_file, key_file, token_lifetime, receive_buffer, keep_alive, operation_timeout, connect_timeout)"
+                    ),
+                ));
+            }
+        }
+    }
+    let cert: Option<std::path::PathBuf> = kwargs
+        .get_item("cert_file")?
+        .map(|v| v.extract())
+        .transpose()?;
+    let key: Option<std::path::PathBuf> = kwargs
+        .get_item("key_file")?
+        .map(|v| v.extract())
+        .transpose()?;
+    if cert.is_some() || key.is_some() {
+        match (cert, key) {
+            (Some(c), Some(k)) => tls = Some(tls.unwrap_or_default().with_client_cert(c, k)),
+            _ => {
+                return Err(errors::invalid_argument(
+                    py,
+                    "an X.509 client certificate needs both cert_file and key_file",
+                ));
+            }
+        }
+    }
+    o.tls = tls;
+    Ok(o)
+}
+
+fn telemetry(
+    payload: &Bound<'_, PyAny>,
+    properties: Option<&Bound<'_, PyAny>>,
+    message_id: Option<String>,
+    correlation_id: Option<String>,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+) -> PyResult<Telemetry> {
+    let mut t = Telemetry::new(owned_bytes_arg(payload, "payload")?);
+    t.message_id = message_id;
+    t.correlation_id = correlation_id;
+    t.content_type = content_type;
+    t.content_encoding = content_encoding;
+    if let Some(props) = properties {
+        // A dict or a sequence of (name, value) pairs; `None` is a null value.
+        let items = if let Ok(d) = props.cast::<PyDict>() {
+            d.items().into_any()
+        } else {
+            props.clone()
+        };
+        for item in items.try_iter()? {
+            let (name, value): (String, Option<String>) = item?.extract()?;
+            t.properties.push((name, value));
+        }
+    }
+    Ok(t)
+}
+
+/// A received cloud-to-device message. Complete it with `complete()`; until then it is not
+/// acknowledged (see the README: completion is explicit and acknowledged in arrival order).
+#[pyclass(module = "mqstate.iothub", name = "C2dMessage", frozen)]
+#[derive(Debug)]
+pub(crate) struct C2dMessage {
+    inner: core::C2dMessage,
+}
+
+#[pymethods]
+impl C2dMessage {
+    #[getter]
+    fn payload<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.payload)
+    }
+    #[getter]
+    fn message_id(&self) -> Option<&str> {
+        self.inner.message_id.as_deref()
+    }
+    #[getter]
+    fn correlation_id(&self) -> Option<&str> {
+        self.inner.correlation_id.as_deref()
+    }
+    #[getter]
+    fn user_id(&self) -> Option<&str> {
+        self.inner.user_id.as_deref()
+    }
+    #[getter]
+    fn to(&self) -> Option<&str> {
+        self.inner.to.as_deref()
+    }
+    #[getter]
+    fn expiry_time(&self) -> Option<&str> {
+        self.inner.expiry_time.as_deref()
+    }
+    #[getter]
+    fn content_type(&self) -> Option<&str> {
+        self.inner.content_type.as_deref()
+    }
+    #[getter]
+    fn content_encoding(&self) -> Option<&str> {
+        self.inner.content_encoding.as_deref()
+    }
+    #[getter]
+    fn ack(&self) -> Option<&str> {
+        self.inner.ack.as_deref()
+    }
+    /// Application properties in order: `(name, value)`, value `None` for a null property.
+    #[getter]
+    fn properties(&self) -> Vec<(String, Option<String>)> {
+        self.inner.properties.clone()
+    }
+    /// Other `$.` system properties, in order.
+    #[getter]
+    fn other_system_properties(&self) -> Vec<(String, Option<String>)> {
+        self.inner.other_system_properties.clone()
+    }
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+    /// True when the message was delivered before (at-least-once delivery).
+    #[getter]
+    fn is_redelivery(&self) -> bool {
+        self.inner.is_redelivery()
+    }
+    /// Completes the message (its PUBACK is sent in arrival order).
+    fn complete(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.complete().map_err(|e| errors::to_py(py, &e))
+    }
+    /// Always raises `mqstate.NotSupported` (IoT Hub has no reject over MQTT).
+    fn reject(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.reject().map_err(|e| errors::to_py(py, &e))
+    }
+    /// Always raises `mqstate.NotSupported` (IoT Hub has no abandon over MQTT).
+    fn abandon(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.abandon().map_err(|e| errors::to_py(py, &e))
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "<mqstate.iothub.C2dMessage message_id={:?} {} bytes{}>",
+            self.inner.message_id,
+            self.inner.payload.len(),
+            if self.inner.is_redelivery() {
+                " redelivery"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: core::DeviceStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("received", s.received)?;
+    d.set_item("redelivered", s.redelivered)?;
+    d.set_item("acknowledged", s.acknowledged)?;
+    d.set_item("stale_completions", s.stale_completions)?;
+    d.set_item("connections", s.connections)?;
+    d.set_item("token_renewals", s.token_renewals)?;
+    d.set_item("malformed", s.malformed)?;
+    Ok(d)
+}
+
+/// The blocking device client: `DeviceClient(connection_string, **options)` connects.
+#[pyclass(module = "mqstate.iothub", name = "DeviceClient", frozen)]
+#[derive(Debug)]
+pub(crate) struct DeviceClient {
+    inner: core::DeviceClient,
+}
+
+#[pymethods]
+impl DeviceClient {
+    #[new]
+    #[pyo3(signature = (connection_string, **options))]
+    fn new(
+        py: Python<'_>,
+        connection_string: &str,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let options = self::options(py, connection_string, options)?;
+        let inner = wait(py, async move {
+            runtime()
+                .spawn(core::DeviceClient::connect(options))
+                .await
+                .map_err(|e| mqstate::Error::Connection(e.to_string()))
+                .and_then(|r| r)
+        })?
+        .map_err(|e| errors::to_py(py, &e))?;
+        Ok(DeviceClient { inner })
+    }
+
+    #[getter]
+    fn device_id(&self) -> &str {
+        self.inner.device_id()
+    }
+
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.inner.state().as_str()
+    }
+
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, self.inner.stats())
+    }
+
+    /// The next message; with a timeout (seconds or a timedelta) `None` when none came.
+    /// Raises the reason the client stopped once it is closed and drained.
+    #[pyo3(signature = (timeout = None))]
+    fn receive(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<C2dMessage>> {
+        let timeout = timeout.map(|t| duration_arg(t, "timeout")).transpose()?;
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let slice = match deadline {
+                Some(d) => d
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(WAIT_SLICE),
+                None => WAIT_SLICE,
+            };
+            let inner = &self.inner;
+            let got = py.detach(|| inner.receive_blocking(slice));
+            match got {
+                Ok(Some(m)) => return Ok(Some(C2dMessage { inner: m })),
+                Ok(None) => {
+                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                    py.check_signals()?;
+                }
+                Err(e) => return Err(errors::to_py(py, &e)),
+            }
+        }
+    }
+
+    /// An iterator over the messages: `for msg in client.messages(): ...; msg.complete()`.
+    /// It ends when the client is closed.
+    fn messages(slf: Bound<'_, Self>) -> Messages {
+        Messages {
+            client: slf.unbind(),
+        }
+    }
+
+    /// Sends telemetry and waits for the hub's PUBACK. `properties`: a dict or (name, value)
+    /// pairs; a `None` value is sent as a null property.
+    #[pyo3(signature = (payload, properties = None, *, message_id = None, correlation_id = None, content_type = None, content_encoding = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_event(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_id: Option<String>,
+        correlation_id: Option<String>,
+        content_type: Option<String>,
+        content_encoding: Option<String>,
+    ) -> PyResult<()> {
+        let t = telemetry(
+            payload,
+            properties,
+            message_id,
+            correlation_id,
+            content_type,
+            content_encoding,
+        )?;
+        let client = self.inner.clone();
+        wait(py, async move { client.send_event(t).await })?.map_err(|e| errors::to_py(py, &e))
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let client = self.inner.clone();
+        wait(py, async move { client.close().await })
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<mqstate.iothub.DeviceClient device_id={:?} {}>",
+            self.inner.device_id(),
+            self.inner.state().as_str()
+        )
+    }
+}
+
+impl Drop for DeviceClient {
+    fn drop(&mut self) {
+        self.inner.close_nowait();
+    }
+}
+
+/// The iterator of `DeviceClient.messages()`.
+#[pyclass(module = "mqstate.iothub", name = "Messages", frozen)]
+#[derive(Debug)]
+pub(crate) struct Messages {
+    client: Py<DeviceClient>,
+}
+
+#[pymethods]
+impl Messages {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<C2dMessage>> {
+        let client = self.client.bind(py).get();
+        match client.receive(py, None) {
+            Ok(m) => Ok(m),
+            // The end of the iteration: the client was closed (a `Disconnected`); any other
+            // reason it stopped (refused credentials...) is raised.
+            Err(e)
+                if client.inner.state() == mqstate::ConnectionState::Closed
+                    && e.value(py)
+                        .getattr("code")
+                        .and_then(|c| c.extract::<String>())
+                        .is_ok_and(|c| c == mqstate::ErrorKind::Disconnected.as_str()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Messages taken from the core by an asyncio `receive()` that was cancelled before it could
+/// deliver them: handed to the next `receive()` first, so that none is lost (a lost message
+/// would hold back every later acknowledgement).
+type Stash = Arc<Mutex<VecDeque<core::C2dMessage>>>;
+
+/// The asyncio device client: `client = await AsyncDeviceClient.connect(connection_string)`.
+#[pyclass(module = "mqstate.iothub", name = "AsyncDeviceClient", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncDeviceClient {
+    inner: core::DeviceClient,
+    stash: Stash,
+}
+
+#[pymethods]
+impl AsyncDeviceClient {
+    /// Connects: `await AsyncDeviceClient.connect(cs)` or `async with ... as client`.
+    #[staticmethod]
+    #[pyo3(signature = (connection_string, **options))]
+    fn connect(
+        py: Python<'_>,
+        connection_string: &str,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<aio::Pending> {
+        let options = self::options(py, connection_string, options)?;
+        let future = aio::spawn(py, async move {
+            core::DeviceClient::connect(options)
+                .await
+                .map(|inner| AsyncDeviceClient {
+                    inner,
+                    stash: Stash::default(),
+                })
+        })?;
+        Ok(aio::Pending::new(future))
+    }
+
+    #[getter]
+    fn device_id(&self) -> &str {
+        self.inner.device_id()
+    }
+
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.inner.state().as_str()
+    }
+
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, self.inner.stats())
+    }
+
+    /// The next message (awaitable).
+    fn receive<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.next_message(py, false)
+    }
+
+    /// An async iterator over the messages (`async for msg in client.messages()`); it ends
+    /// when the client is closed.
+    fn messages(slf: Bound<'_, Self>) -> AsyncMessages {
+        AsyncMessages {
+            client: slf.unbind(),
+        }
+    }
+
+    #[pyo3(signature = (payload, properties = None, *, message_id = None, correlation_id = None, content_type = None, content_encoding = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_event<'py>(
+        &self,
+        py: Python<'py>,
+        payload: &Bound<'py, PyAny>,
+        properties: Option<&Bound<'py, PyAny>>,
+        message_id: Option<String>,
+        correlation_id: Option<String>,
+        content_type: Option<String>,
+        content_encoding: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = telemetry(
+            payload,
+            properties,
+            message_id,
+            correlation_id,
+            content_type,
+            content_encoding,
+        )?;
+        let client = self.inner.clone();
+        aio::spawn(py, async move { client.send_event(t).await })
+    }
+
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        aio::spawn(py, async move {
+            client.close().await;
+            Ok(())
+        })
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        aio::ready(slf.py(), slf.clone())
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        aio::spawn(py, async move {
+            client.close().await;
+            Ok(false)
+        })
+    }
+}
+
+impl AsyncDeviceClient {
+    /// The next message as an asyncio future; `iteration` ends with `StopAsyncIteration`
+    /// once the client is closed.
+    fn next_message<'py>(&self, py: Python<'py>, iteration: bool) -> PyResult<Bound<'py, PyAny>> {
+        let stashed = self.stash.lock().ok().and_then(|mut s| s.pop_front());
+        let client = self.inner.clone();
+        let stash = self.stash.clone();
+        aio::spawn_with(
+            py,
+            async move {
+                match stashed {
+                    Some(m) => Ok(m),
+                    None => client.receive().await,
+                }
+            },
+            move |py, target, output| {
+                let cancelled = target
+                    .call_method0("done")
+                    .and_then(|d| d.is_truthy())
+                    .unwrap_or(true);
+                let result = match output {
+                    Ok(Ok(m)) if cancelled => {
+                        if let Ok(mut s) = stash.lock() {
+                            s.push_front(m);
+                        }
+                        return;
+                    }
+                    Ok(Ok(m)) => Bound::new(py, C2dMessage { inner: m }).map(Bound::into_any),
+                    Ok(Err(e)) if iteration && e.kind() == mqstate::ErrorKind::Disconnected => {
+                        Err(PyStopAsyncIteration::new_err(()))
+                    }
+                    Ok(Err(e)) => Err(errors::to_py(py, &e)),
+                    Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                        "mqstate: internal error (a Rust panic) while receiving",
+                    )),
+                };
+                aio::settle(py, target, result);
+            },
+        )
+    }
+}
+
+/// The async iterator of `AsyncDeviceClient.messages()`.
+#[pyclass(module = "mqstate.iothub", name = "AsyncMessages", frozen)]
+#[derive(Debug)]
+pub(crate) struct AsyncMessages {
+    client: Py<AsyncDeviceClient>,
+}
+
+#[pymethods]
+impl AsyncMessages {
+    fn __aiter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.client.bind(py).get().next_message(py, true)
+    }
+}
+
+/// `mqstate.testing.LocalIotHub`: the local IoT Hub in-process (device endpoint on a free
+/// loopback port, plain TCP), with the service-side calls tests need.
+#[pyclass(module = "mqstate.testing", name = "LocalIotHub", frozen)]
+#[derive(Debug)]
+pub(crate) struct LocalIotHub {
+    server: Mutex<Option<mqstate_server::iothub::IotHubServer>>,
+    hub: mqstate_server::iothub::IotHub,
+    port: u16,
+}
+
+fn hub_error(py: Python<'_>, e: mqstate_server::iothub::IotHubError) -> PyErr {
+    errors::invalid_argument(py, e.to_string())
+}
+
+#[pymethods]
+impl LocalIotHub {
+    /// Starts a hub; `lock_timeout` (seconds) shortens the 60 s message lock.
+    #[new]
+    #[pyo3(signature = (*, lock_timeout = None))]
+    fn new(py: Python<'_>, lock_timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let mut config = mqstate_server::iothub::IotHubConfig {
+            admin_port: None,
+            ..Default::default()
+        };
+        if let Some(t) = lock_timeout {
+            config.lock_timeout = duration_arg(t, "lock_timeout")?;
+        }
+        let server = wait(py, async move {
+            runtime()
+                .spawn(mqstate_server::iothub::IotHubServer::start(config))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        })?
+        .map_err(|e| {
+            errors::exception(
+                py,
+                "connection",
+                &format!("the local IoT Hub did not start: {e}"),
+                py.None(),
+            )
+        })?;
+        let hub = server.hub();
+        let port = hub.endpoints().device_endpoint.map_or(0, |a| a.port());
+        Ok(LocalIotHub {
+            server: Mutex::new(Some(server)),
+            hub,
+            port,
+        })
+    }
+
+    /// The device endpoint's port (plain TCP on 127.0.0.1).
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Registers a device (with a generated key) and returns its connection string, pointed
+    /// at this hub (`GatewayHostName=127.0.0.1`; connect with `port=hub.port, tls=False`).
+    fn add_device(&self, py: Python<'_>, device_id: &str) -> PyResult<String> {
+        let spec =
+            mqstate_server::iothub::DeviceSpec::parse(device_id).map_err(|e| hub_error(py, e))?;
+        self.hub.add_device(&spec).map_err(|e| hub_error(py, e))?;
+        let cs = self
+            .hub
+            .connection_string(device_id)
+            .map_err(|e| hub_error(py, e))?;
+        Ok(format!("{cs};GatewayHostName=127.0.0.1"))
+    }
+
+    /// Sends a C2D message; `properties` are (name, value) pairs (value `None` = null).
+    #[pyo3(signature = (device_id, payload, *, message_id = None, correlation_id = None, user_id = None, content_type = None, content_encoding = None, properties = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        device_id: &str,
+        payload: &Bound<'_, PyAny>,
+        message_id: Option<String>,
+        correlation_id: Option<String>,
+        user_id: Option<String>,
+        content_type: Option<String>,
+        content_encoding: Option<String>,
+        properties: Option<Vec<(String, Option<String>)>>,
+    ) -> PyResult<()> {
+        let mut m = mqstate_server::iothub::C2dMessage::new(owned_bytes_arg(payload, "payload")?);
+        m.message_id = message_id;
+        m.correlation_id = correlation_id;
+        m.user_id = user_id;
+        m.content_type = content_type;
+        m.content_encoding = content_encoding;
+        for (k, v) in properties.unwrap_or_default() {
+            m = m.property(k, v.as_deref());
+        }
+        self.hub
+            .send(device_id, m)
+            .map(|_| ())
+            .map_err(|e| hub_error(py, e))
+    }
+
+    /// Messages Enqueued or Invisible in the device's queue.
+    fn queue_depth(&self, py: Python<'_>, device_id: &str) -> PyResult<usize> {
+        self.hub
+            .queue(device_id)
+            .map(|q| q.depth)
+            .map_err(|e| hub_error(py, e))
+    }
+
+    /// How many of the device's recent messages were Completed.
+    fn completed(&self, py: Python<'_>, device_id: &str) -> PyResult<usize> {
+        self.hub
+            .queue(device_id)
+            .map(|q| {
+                q.finished
+                    .iter()
+                    .filter(|m| m.state == mqstate_server::iothub::MessageState::Completed)
+                    .count()
+            })
+            .map_err(|e| hub_error(py, e))
+    }
+
+    /// The telemetry the device sent: a list of `(body, system_properties, properties)`.
+    #[allow(clippy::type_complexity)]
+    fn telemetry<'py>(
+        &self,
+        py: Python<'py>,
+        device_id: &str,
+    ) -> PyResult<
+        Vec<(
+            Bound<'py, PyBytes>,
+            Vec<(String, Option<String>)>,
+            Vec<(String, Option<String>)>,
+        )>,
+    > {
+        use base64::Engine;
+        let got = self
+            .hub
+            .telemetry(device_id, 0)
+            .map_err(|e| hub_error(py, e))?;
+        got.into_iter()
+            .map(|t| {
+                let body = base64::engine::general_purpose::STANDARD
+                    .decode(&t.body_base64)
+                    .map_err(|e| errors::invalid_argument(py, e.to_string()))?;
+                Ok((
+                    PyBytes::new(py, &body),
+                    t.system_properties.into_iter().collect(),
+                    t.properties.into_iter().collect(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Stops the hub (idempotent).
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let server = self.server.lock().ok().and_then(|mut s| s.take());
+        if let Some(server) = server {
+            wait(py, async move {
+                let _ = runtime().spawn(server.shutdown()).await;
+            })?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.stop(py)?;
+        Ok(false)
+    }
+}

@@ -1,0 +1,167 @@
+"""The IoT Hub device client (sync and asyncio) against the in-process local IoT Hub."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import mqstate
+from mqstate.iothub import AsyncDeviceClient, DeviceClient
+from mqstate.testing import LocalIotHub
+
+WAIT = 30.0
+
+
+@pytest.fixture
+def hub() -> Iterator[LocalIotHub]:
+    with LocalIotHub(lock_timeout=2) as h:
+        yield h
+
+
+def connect(hub: LocalIotHub, device: str = "dev1") -> DeviceClient:
+    cs = hub.add_device(device)
+    return DeviceClient(cs, port=hub.port, tls=False)
+
+
+def eventually(check: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_properties_null_empty_and_url_decoding(hub: LocalIotHub) -> None:
+    with connect(hub) as client:
+        assert client.state == "connected"
+        hub.send(
+            "dev1",
+            b"\x00body",
+            message_id="id 1/\u00e9",
+            correlation_id="c&1",
+            user_id="u=1",
+            content_type="application/json",
+            content_encoding="utf-8",
+            properties=[("colour", "dark blue/&x=y"), ("nothing", None), ("empty", "")],
+        )
+        msg = client.receive(timeout=WAIT)
+        assert msg is not None
+        assert msg.payload == b"\x00body"
+        assert msg.message_id == "id 1/\u00e9"
+        assert msg.correlation_id == "c&1"
+        assert msg.user_id == "u=1"
+        assert msg.to == "/devices/dev1/messages/devicebound"
+        assert msg.expiry_time is not None and msg.expiry_time.endswith("Z")
+        assert msg.content_type == "application/json"
+        assert msg.content_encoding == "utf-8"
+        assert msg.properties == [("colour", "dark blue/&x=y"), ("nothing", None), ("empty", "")]
+        assert not msg.is_redelivery
+        assert hub.queue_depth("dev1") == 1
+        msg.complete()
+        eventually(lambda: hub.completed("dev1") == 1, "completed")
+        with pytest.raises(mqstate.InvalidArgument):
+            msg.complete()
+
+
+def test_reject_and_abandon_are_not_supported(hub: LocalIotHub) -> None:
+    with connect(hub) as client:
+        hub.send("dev1", b"x", message_id="m1")
+        msg = client.receive(timeout=WAIT)
+        assert msg is not None
+        for op in (msg.reject, msg.abandon):
+            with pytest.raises(mqstate.NotSupported, match="not supported over MQTT"):
+                op()
+        msg.complete()
+
+
+def test_uncompleted_message_is_redelivered_after_lock_timeout(hub: LocalIotHub) -> None:
+    with connect(hub) as client:
+        hub.send("dev1", b"x", message_id="again")
+        first = client.receive(timeout=WAIT)
+        second = client.receive(timeout=WAIT)
+        assert first is not None and second is not None
+        assert second.message_id == "again"
+        assert second.is_redelivery
+        second.complete()
+        eventually(lambda: hub.queue_depth("dev1") == 0, "completed")
+
+
+def test_out_of_order_completion_loses_nothing(hub: LocalIotHub) -> None:
+    with connect(hub) as client:
+        for i in range(5):
+            hub.send("dev1", str(i), message_id=f"m{i}")
+        msgs = [client.receive(timeout=WAIT) for _ in range(5)]
+        assert [m.message_id for m in msgs if m] == [f"m{i}" for i in range(5)]
+        for m in reversed(msgs[1:]):
+            assert m is not None
+            m.complete()
+        time.sleep(0.3)
+        assert hub.queue_depth("dev1") == 5  # held behind m0
+        assert msgs[0] is not None
+        msgs[0].complete()
+        eventually(lambda: hub.queue_depth("dev1") == 0, "all completed")
+        assert client.stats["acknowledged"] == 5
+
+
+def test_offline_messages_arrive_and_iterator_ends_on_close(hub: LocalIotHub) -> None:
+    cs = hub.add_device("dev2")
+    DeviceClient(cs, port=hub.port, tls=False).close()
+    for i in range(3):
+        hub.send("dev2", b"offline", message_id=f"o{i}")
+    client = DeviceClient(cs, port=hub.port, tls=False)
+    seen = []
+    for msg in client.messages():
+        assert msg is not None
+        seen.append(msg.message_id)
+        msg.complete()
+        if len(seen) == 3:
+            client.close()
+    assert seen == ["o0", "o1", "o2"]
+
+
+def test_telemetry_and_errors(hub: LocalIotHub) -> None:
+    with connect(hub) as client:
+        client.send_event(
+            bytes(range(256)),
+            [("place", "a/b&c"), ("flag", None), ("empty", "")],
+            message_id="t1",
+        )
+        [(body, system, props)] = hub.telemetry("dev1")
+        assert body == bytes(range(256))
+        assert ("$.mid", "t1") in system
+        assert dict(props) == {"place": "a/b&c", "flag": None, "empty": ""}
+        with pytest.raises(mqstate.InvalidArgument):
+            client.send_event(b"x", {"$.mid": "no"})
+    with pytest.raises(mqstate.AuthenticationFailed):
+        DeviceClient(
+            f"HostName=localhost;DeviceId=dev1;SharedAccessKey=d3Jvbmcga2V5;GatewayHostName=127.0.0.1",
+            port=hub.port,
+            tls=False,
+        )
+    with pytest.raises(mqstate.InvalidArgument, match="HostName"):
+        DeviceClient("DeviceId=x;SharedAccessKey=abc=")
+
+
+def test_asyncio_iterator_and_complete(hub: LocalIotHub) -> None:
+    cs = hub.add_device("adev")
+
+    async def main() -> list[str | None]:
+        got: list[str | None] = []
+        async with AsyncDeviceClient.connect(cs, port=hub.port, tls=False) as client:
+            # A receive cancelled by a timeout does not lose the message it was about to take.
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.receive(), 0.2)
+            for i in range(3):
+                hub.send("adev", b"a", message_id=f"a{i}")
+            async for msg in client.messages():
+                got.append(msg.message_id)
+                msg.complete()
+                if len(got) == 3:
+                    break
+            await client.send_event(b"hi", {"k": "v"})
+        return got
+
+    assert asyncio.run(main()) == ["a0", "a1", "a2"]
+    eventually(lambda: hub.queue_depth("adev") == 0, "all completed")
