@@ -54,3 +54,4 @@ pub use hlc::{Hlc, HlcClock};
 pub use observe::{KeyNotification, KeyObservation};
 pub use options::{ConnectOptions, ReconnectPolicy, TlsOptions};
 pub use resp3::{NotifyOperation, SetCondition};
+pub use rpc::PERSISTENCE_PROPERTY;
