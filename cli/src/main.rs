@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use mqstate_server::persist::PersistMode;
 use mqstate_server::{
     BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
     parse_broker_url,
@@ -55,6 +56,18 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1024..))]
     max_packet_size: u32,
 
+    /// Keep keys (and the embedded broker's sessions) in this directory so that they survive
+    /// a restart or a crash; created if missing. A write that must persist is answered only
+    /// once it is on disk. Without it, everything stays in memory.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
+
+    /// Which keys --data-dir keeps: "all" (every key) or "requested" (only keys SET with
+    /// persist, the `aio-persistence: true` user property).
+    #[arg(long, value_name = "MODE", default_value = "all", requires = "data_dir",
+          value_parser = clap::value_parser!(PersistMode))]
+    persist: PersistMode,
+
     /// Log level (error, warn, info, debug, trace; the embedded broker's own logs stay at warn)
     /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
     #[arg(long, value_name = "LEVEL")]
@@ -94,6 +107,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_keys(args.max_keys)
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
+    if let Some(dir) = &args.data_dir {
+        config = config.with_data_dir(dir, args.persist);
+    }
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };
@@ -180,6 +196,26 @@ mod tests {
             (0, Some(10), 2048)
         );
         assert!(Cli::try_parse_from(["mqstate", "serve", "--max-packet-size", "10"]).is_err());
+        let cli = Cli::try_parse_from([
+            "mqstate",
+            "serve",
+            "--data-dir",
+            "/tmp/d",
+            "--persist",
+            "requested",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command;
+        assert_eq!(
+            args.data_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/d"))
+        );
+        assert_eq!(args.persist, PersistMode::Requested);
+        // --persist needs --data-dir; unknown modes are refused.
+        assert!(Cli::try_parse_from(["mqstate", "serve", "--persist", "all"]).is_err());
+        assert!(
+            Cli::try_parse_from(["mqstate", "serve", "--data-dir", "d", "--persist", "x"]).is_err()
+        );
         assert!(
             Cli::try_parse_from(["mqstate", "serve", "--broker", "mqtt://h:1", "--port", "5"])
                 .is_err()

@@ -14,6 +14,7 @@
 //! - [`dedup`]: the duplicate-request cache.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//! - [`persist`]: the data dir (`--data-dir`): keys on disk in redb, group commit, restore.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -37,6 +38,7 @@ mod error;
 pub mod handler;
 mod local_server;
 pub mod mosquitto_log;
+pub mod persist;
 pub mod registrations;
 pub mod service;
 pub mod store;

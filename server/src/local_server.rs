@@ -12,6 +12,7 @@ use crate::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
 use crate::dedup::DedupLimits;
 use crate::error::ServerError;
 use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::persist::{PersistMode, Persistence};
 use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
@@ -61,6 +62,11 @@ pub struct ServerConfig {
     pub wall_clock: Option<Arc<dyn WallClock>>,
     /// How long to wait for the store's first connection and subscription (default 10 s).
     pub connect_timeout: Duration,
+    /// Keep keys (and the embedded broker's sessions) in this directory, so that they
+    /// survive a restart or a crash (`None`: in memory only). See [`crate::persist`].
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Which keys a data dir keeps: every key (default) or those SET with `persist`.
+    pub persist_mode: PersistMode,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -77,6 +83,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("node_id", &self.node_id)
             .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
             .field("connect_timeout", &self.connect_timeout)
+            .field("data_dir", &self.data_dir)
+            .field("persist_mode", &self.persist_mode)
             .finish()
     }
 }
@@ -95,6 +103,8 @@ impl Default for ServerConfig {
             node_id: DEFAULT_NODE_ID.to_owned(),
             wall_clock: None,
             connect_timeout: Duration::from_secs(10),
+            data_dir: None,
+            persist_mode: PersistMode::All,
         }
     }
 }
@@ -141,6 +151,22 @@ impl ServerConfig {
     #[must_use]
     pub fn with_max_packet_size(mut self, size: u32) -> Self {
         self.max_packet_size = size;
+        self
+    }
+
+    /// Keeps keys in `dir` (builder style); see [`ServerConfig::data_dir`].
+    ///
+    /// ```
+    /// use mqstate_server::ServerConfig;
+    /// use mqstate_server::persist::PersistMode;
+    ///
+    /// let c = ServerConfig::default().with_data_dir("/var/lib/mqstate", PersistMode::Requested);
+    /// assert_eq!(c.persist_mode, PersistMode::Requested);
+    /// ```
+    #[must_use]
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>, mode: PersistMode) -> Self {
+        self.data_dir = Some(dir.into());
+        self.persist_mode = mode;
         self
     }
 
@@ -231,6 +257,12 @@ impl LocalServer {
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
         };
+        // The data dir first: a locked, damaged or unwritable one stops the start before
+        // anything listens.
+        let persistence = match &config.data_dir {
+            Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
+            None => None,
+        };
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -238,7 +270,10 @@ impl LocalServer {
                     bind: SocketAddr::new(config.bind, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
-                let broker = EmbeddedBroker::start(&broker_config, tx).await?;
+                let sessions = persistence.as_ref().map(Persistence::broker_dir);
+                let broker =
+                    EmbeddedBroker::start_with_sessions(&broker_config, tx, sessions.as_deref())
+                        .await?;
                 let addr = broker.local_addr();
                 // The store connects over loopback when the broker listens on every address.
                 let connect_ip = if addr.ip().is_unspecified() {
@@ -275,6 +310,7 @@ impl LocalServer {
         service_config.trust_broker_client_id = embedded;
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
         service_config.watch_mosquitto_log = !embedded;
+        service_config.persistence = persistence;
         let service = match Service::start(service_config, events).await {
             Ok(s) => s,
             Err(e) => {
