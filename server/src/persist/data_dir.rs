@@ -256,7 +256,16 @@ fn open_error(file: &Path, e: DatabaseError) -> ServerError {
         {
             format!("cannot open {shown}: the disk is full: {io}")
         }
-        DatabaseError::Storage(StorageError::Io(io)) => format!("cannot open {shown}: {io}"),
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            format!(
+                "{shown} is damaged or not an mqstate data file ({io}); nothing was changed (move it away to start empty)"
+            )
+        }
+        DatabaseError::Storage(StorageError::Io(io)) => {
+            format!("cannot open {shown}: {io}; nothing was changed")
+        }
         other => format!(
             "{shown} is damaged or not an mqstate data file: {other}; nothing was changed (move it away to start empty)"
         ),
