@@ -223,3 +223,66 @@ async fn a_bad_data_dir_is_a_clear_error_and_nothing_is_wiped() {
         "{err}"
     );
 }
+
+/// A full disk, simulated with a file size limit (`ulimit -f`, SIGXFSZ ignored so that the
+/// write fails with EFBIG instead of killing the process): writes fail with the
+/// `persistence_failed` service error and change nothing; reads keep working; the server
+/// stays up, and what was acknowledged before is there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_writes_cleanly_and_reads_keep_working() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = testing::free_port().unwrap();
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 2048; exec \"$0\" serve --port {port} --log error --data-dir \"$1\""
+    );
+    let child = Command::new("bash")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_mqstate")])
+        .arg(tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start mqstate serve under bash");
+    let serve = Serve { child, port };
+    let c = serve.client().await;
+    let value = vec![b'x'; 64 * 1024];
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for i in 0..200 {
+        let key = format!("big-{i}");
+        match c.set(&key, &value, SetOptions::default()).await {
+            Ok(o) => acked.push((key, o.version)),
+            Err(e) => {
+                refused = Some((key, e));
+                break;
+            }
+        }
+    }
+    let (key, err) = refused.expect("the 2 MiB file size limit was never hit");
+    assert_eq!(
+        service_error(&err),
+        &ServiceError::PersistenceFailed,
+        "{err}"
+    );
+    assert!(!acked.is_empty());
+    // Nothing of the refused write stayed, reads work, and small writes still fail cleanly.
+    assert!(c.get(&key).await.unwrap().is_none());
+    let (first, version) = &acked[0];
+    assert_eq!(&c.get(first).await.unwrap().unwrap().version, version);
+    c.close().await;
+    serve.kill9();
+
+    // Restarted with room: every acknowledged write is there.
+    let serve = Serve::start(tmp.path(), &[]);
+    let c = serve.client().await;
+    for (key, version) in &acked {
+        assert_eq!(
+            &c.get(key).await.unwrap().unwrap().version,
+            version,
+            "{key}"
+        );
+    }
+    assert!(c.get(&key).await.unwrap().is_none());
+    c.set(&key, &value, SetOptions::default()).await.unwrap();
+    c.close().await;
+}

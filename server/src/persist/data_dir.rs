@@ -29,6 +29,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use redb::{
@@ -65,7 +66,10 @@ pub struct Restored {
 pub struct DataDir {
     dir: PathBuf,
     file: PathBuf,
-    db: Database,
+    /// `None` after a failed commit: redb refuses every write after an I/O error until the
+    /// file is opened again, which the next commit does (so writes work again once the disk
+    /// has room).
+    db: Mutex<Option<Database>>,
 }
 
 /// Why a commit failed (the disk is full, an I/O error): nothing of it was written.
@@ -97,9 +101,10 @@ impl DataDir {
         let data_dir = DataDir {
             dir: dir.to_owned(),
             file,
-            db,
+            db: Mutex::new(None),
         };
-        let restored = data_dir.check_and_load()?;
+        let restored = data_dir.check_and_load(&db)?;
+        *data_dir.lock_db() = Some(db);
         Ok((data_dir, restored))
     }
 
@@ -118,11 +123,12 @@ impl DataDir {
     }
 
     /// Checks the format (initialising a new file) and reads every key.
-    fn check_and_load(&self) -> Result<Restored, ServerError> {
-        let read = self
-            .db
-            .begin_read()
-            .map_err(|e| self.fail("cannot read", e))?;
+    fn lock_db(&self) -> std::sync::MutexGuard<'_, Option<Database>> {
+        self.db.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_and_load(&self, db: &Database) -> Result<Restored, ServerError> {
+        let read = db.begin_read().map_err(|e| self.fail("cannot read", e))?;
         let meta = match read.open_table(META) {
             Ok(meta) => Some(meta),
             Err(TableError::TableDoesNotExist(_)) => None,
@@ -145,7 +151,7 @@ impl DataDir {
                 ));
             }
             drop(read);
-            self.initialise()?;
+            self.initialise(db)?;
             return Ok(Restored::default());
         };
         let get = |name: &str| -> Result<Option<u64>, ServerError> {
@@ -185,9 +191,9 @@ impl DataDir {
         Ok(Restored { records, clock_ms })
     }
 
-    fn initialise(&self) -> Result<(), ServerError> {
+    fn initialise(&self, db: &Database) -> Result<(), ServerError> {
         let write = || -> Result<(), redb::Error> {
-            let txn = self.db.begin_write()?;
+            let txn = db.begin_write()?;
             {
                 let mut meta = txn.open_table(META)?;
                 meta.insert(META_FORMAT, FORMAT)?;
@@ -207,8 +213,24 @@ impl DataDir {
         writes: &[(Bytes, Option<Record>)],
         clock_ms: u64,
     ) -> Result<(), CommitFailed> {
+        let mut guard = self.lock_db();
+        if guard.is_none() {
+            let db = Database::builder()
+                .create(&self.file)
+                .map_err(|e| CommitFailed {
+                    file: self.file.display().to_string(),
+                    reason: format!("cannot open it again after a failed write: {e}"),
+                })?;
+            *guard = Some(db);
+        }
+        let Some(db) = guard.as_ref() else {
+            return Err(CommitFailed {
+                file: self.file.display().to_string(),
+                reason: "the database is not open".into(),
+            });
+        };
         let run = || -> Result<(), redb::Error> {
-            let mut txn = self.db.begin_write()?;
+            let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
             {
                 let mut keys = txn.open_table(KEYS)?;
@@ -229,9 +251,13 @@ impl DataDir {
             txn.commit()?;
             Ok(())
         };
-        run().map_err(|e| CommitFailed {
-            file: self.file.display().to_string(),
-            reason: e.to_string(),
+        run().map_err(|e| {
+            // Closed now, opened again by the next commit.
+            *guard = None;
+            CommitFailed {
+                file: self.file.display().to_string(),
+                reason: e.to_string(),
+            }
         })
     }
 }
