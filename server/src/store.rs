@@ -596,6 +596,47 @@ mod tests {
     }
 
     #[test]
+    fn the_journal_records_changes_and_undo_restores_them() {
+        let t0 = Instant::now();
+        let mut s = Store::new(None);
+        s.set(SetArgs::new(b("a"), b("1")), v(1, 0), t0).unwrap();
+        assert!(s.journal().is_empty(), "journaling is off by default");
+        s.enable_journal();
+        s.set(SetArgs::new(b("a"), b("2")).persist(true), v(2, 0), t0)
+            .unwrap();
+        s.set(
+            SetArgs::new(b("n"), b("x")).expiry(Some(ms(10))),
+            v(3, 0),
+            t0,
+        )
+        .unwrap();
+        s.del(b"a", None).unwrap();
+        s.set(SetArgs::new(b("a"), b("3")), v(4, 0), t0).unwrap();
+        assert_eq!(s.expire_due(t0 + ms(10)).len(), 1);
+        // A condition that fails and a refused write change nothing and record nothing.
+        s.set(
+            SetArgs::new(b("a"), b("4")).condition(SetCondition::NotExists),
+            v(5, 0),
+            t0,
+        )
+        .unwrap();
+        assert_eq!(s.journal().len(), 5);
+        let changes = s.take_journal();
+        assert!(s.journal_is_empty());
+        assert_eq!(changes[0].1.as_ref().unwrap().version, v(1, 0));
+        s.undo(changes);
+        assert!(s.journal_is_empty(), "undo is not journaled");
+        let a = s.get(b"a").unwrap();
+        assert_eq!(
+            (&a.value, &a.version, a.persist),
+            (&b("1"), &v(1, 0), false)
+        );
+        assert!(s.get(b"n").is_none());
+        assert_eq!(s.next_deadline(), None);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
     fn fence_is_checked_before_the_condition() {
         let now = Instant::now();
         let mut s = Store::new(None);
