@@ -286,3 +286,71 @@ async fn a_full_disk_fails_writes_cleanly_and_reads_keep_working() {
     c.set(&key, &value, SetOptions::default()).await.unwrap();
     c.close().await;
 }
+
+/// Connects with clean start off and returns the CONNACK's "session present".
+async fn connect_session(port: u16, subscribe: Option<&str>) -> bool {
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+
+    let mut options = MqttOptions::new("persistence-session-test", "127.0.0.1", port);
+    options.set_clean_start(false);
+    options.set_session_expiry_interval(Some(3600));
+    let (client, mut eventloop) = AsyncClient::new(options, 16);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut present = None;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no CONNACK / SUBACK"
+        );
+        match tokio::time::timeout(Duration::from_secs(5), eventloop.poll()).await {
+            Ok(Ok(Event::Incoming(Packet::ConnAck(ack)))) => {
+                present = Some(ack.session_present);
+                match subscribe {
+                    Some(topic) => client.subscribe(topic, QoS::AtLeastOnce).await.unwrap(),
+                    None => break,
+                }
+            }
+            Ok(Ok(Event::Incoming(Packet::SubAck(_)))) => break,
+            Ok(Ok(_)) => {}
+            // Not up yet: retry.
+            Ok(Err(_)) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let _ = client.disconnect().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while eventloop.poll().await.is_ok() {}
+    })
+    .await;
+    present.unwrap()
+}
+
+/// The embedded broker keeps sessions in the data dir: a client with clean start off finds
+/// its session after the server was killed and restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_sessions_survive_a_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let serve = Serve::start(tmp.path(), &[]);
+    let port = serve.port;
+    assert!(!connect_session(port, Some("persisted/topic")).await);
+    // The broker commits session changes in the background: give it time before the kill.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    serve.kill9();
+    let child = Command::new(env!("CARGO_BIN_EXE_mqstate"))
+        .args([
+            "serve",
+            "--port",
+            &port.to_string(),
+            "--log",
+            "warn",
+            "--data-dir",
+        ])
+        .arg(tmp.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let serve = Serve { child, port };
+    assert!(connect_session(port, None).await, "the session was lost");
+    drop(serve);
+}
