@@ -14,7 +14,12 @@
 //! It prints one line per kill and, at the end, `N kills, M acknowledged writes, L lost`;
 //! the exit status is non-zero if anything was lost.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -37,7 +37,7 @@ impl LocalServer {
     ) -> PyResult<Self> {
         let mode = persist
             .parse::<PersistMode>()
-            .map_err(|e| errors::invalid_argument(py, &format!("persist: {e}")))?;
+            .map_err(|e| errors::invalid_argument(py, format!("persist: {e}")))?;
         let mut config = ServerConfig::default()
             .with_port(port)
             .with_max_keys(max_keys);

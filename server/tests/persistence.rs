@@ -20,7 +20,7 @@ use mqstate::{Client, ConnectOptions, SetOptions};
 use mqstate_server::handler::{HandlerConfig, RequestContext};
 use mqstate_server::persist::{self, PersistMode, Persistence};
 use mqstate_server::{LocalServer, ServerConfig, ServerError};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableDatabase;
 
 fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
     match result {
