@@ -78,7 +78,7 @@ def test_sigkill_and_restart_keeps_persisted_keys(tmp_path: pathlib.Path) -> Non
     time.sleep(1.0)  # "short" expires while the server is down
     with serve(data, "--persist", "requested") as (_, url):
         with connect(url) as c:
-            got = c.get("kept")
+            got = c.get_versioned("kept")
             assert got is not None
             assert got.value == b"value" and got.version == kept.version
             assert c.get("not-persisted") is None
@@ -98,7 +98,7 @@ def test_local_server_with_a_data_dir_restarts_with_its_keys(tmp_path: pathlib.P
     with LocalServer(data_dir=tmp_path) as server, mqstate.Client(server.url) as c:
         version = c.set("k", b"v").version
     with LocalServer(data_dir=tmp_path) as server, mqstate.Client(server.url) as c:
-        got = c.get("k")
+        got = c.get_versioned("k")
         assert got is not None and got.version == version
 
 
