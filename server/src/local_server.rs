@@ -12,6 +12,7 @@ use crate::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
 use crate::dedup::DedupLimits;
 use crate::error::ServerError;
 use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::persist::{PersistMode, Persistence};
 use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
@@ -64,6 +65,11 @@ pub struct ServerConfig {
     /// The local IoT Hub to run beside the store (`None`, the default: no hub). See
     /// [`crate::iothub`] and [`LocalServer::iothub`].
     pub iothub: Option<crate::iothub::IotHubConfig>,
+    /// Keep keys (and the embedded broker's sessions) in this directory, so that they
+    /// survive a restart or a crash (`None`: in memory only). See [`crate::persist`].
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Which keys a data dir keeps: every key (default) or those SET with `persist`.
+    pub persist_mode: PersistMode,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -81,6 +87,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("wall_clock", &self.wall_clock.as_ref().map(|_| "custom"))
             .field("connect_timeout", &self.connect_timeout)
             .field("iothub", &self.iothub)
+            .field("data_dir", &self.data_dir)
+            .field("persist_mode", &self.persist_mode)
             .finish()
     }
 }
@@ -100,6 +108,8 @@ impl Default for ServerConfig {
             wall_clock: None,
             connect_timeout: Duration::from_secs(10),
             iothub: None,
+            data_dir: None,
+            persist_mode: PersistMode::All,
         }
     }
 }
@@ -153,6 +163,22 @@ impl ServerConfig {
     #[must_use]
     pub fn with_iothub(mut self, iothub: crate::iothub::IotHubConfig) -> Self {
         self.iothub = Some(iothub);
+        self
+    }
+
+    /// Keeps keys in `dir` (builder style); see [`ServerConfig::data_dir`].
+    ///
+    /// ```
+    /// use mqstate_server::ServerConfig;
+    /// use mqstate_server::persist::PersistMode;
+    ///
+    /// let c = ServerConfig::default().with_data_dir("/var/lib/mqstate", PersistMode::Requested);
+    /// assert_eq!(c.persist_mode, PersistMode::Requested);
+    /// ```
+    #[must_use]
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>, mode: PersistMode) -> Self {
+        self.data_dir = Some(dir.into());
+        self.persist_mode = mode;
         self
     }
 
@@ -248,6 +274,12 @@ impl LocalServer {
         if let Some(id) = &config.client_id {
             service_config.client_id.clone_from(id);
         }
+        // The data dir first: a locked, damaged or unwritable one stops the start before
+        // anything listens.
+        let persistence = match &config.data_dir {
+            Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
+            None => None,
+        };
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -255,10 +287,12 @@ impl LocalServer {
                     bind: SocketAddr::new(config.bind, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
-                let broker = EmbeddedBroker::start_gated(
+                let sessions = persistence.as_ref().map(Persistence::broker_dir);
+                let broker = EmbeddedBroker::start_gated_with_sessions(
                     &broker_config,
                     tx,
                     Some(service_config.client_id.clone()),
+                    sessions.as_deref(),
                 )
                 .await?;
                 let addr = broker.local_addr();
@@ -295,6 +329,7 @@ impl LocalServer {
         service_config.trust_broker_client_id = embedded;
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
         service_config.watch_mosquitto_log = !embedded;
+        service_config.persistence = persistence;
         let service = match Service::start(service_config, events).await {
             Ok(s) => s,
             Err(e) => {
