@@ -62,6 +62,7 @@ fn start_server(binary: &PathBuf, port: u16, dir: &std::path::Path) -> Child {
     Command::new(binary)
         .args([
             "serve",
+            "--no-iothub",
             "--port",
             &port.to_string(),
             "--log",

@@ -27,7 +27,13 @@ impl Serve {
     fn start(dir: &Path, extra: &[&str]) -> Serve {
         let port = testing::free_port().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_mqstate"))
-            .args(["serve", "--port", &port.to_string(), "--data-dir"])
+            .args([
+                "serve",
+                "--no-iothub",
+                "--port",
+                &port.to_string(),
+                "--data-dir",
+            ])
             .arg(dir)
             .args(extra)
             .args(["--log", "warn"])
@@ -197,7 +203,13 @@ async fn persist_requested_keeps_only_keys_set_with_persist() {
 fn start_fails(dir: &Path) -> String {
     let port = testing::free_port().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_mqstate"))
-        .args(["serve", "--port", &port.to_string(), "--data-dir"])
+        .args([
+            "serve",
+            "--no-iothub",
+            "--port",
+            &port.to_string(),
+            "--data-dir",
+        ])
         .arg(dir)
         .stdin(Stdio::null())
         .output()
@@ -254,7 +266,7 @@ async fn a_full_disk_fails_writes_cleanly_and_reads_keep_working() {
     let tmp = tempfile::tempdir().unwrap();
     let port = testing::free_port().unwrap();
     let script = format!(
-        "trap '' XFSZ; ulimit -f 2048; exec \"$0\" serve --port {port} --log error --data-dir \"$1\""
+        "trap '' XFSZ; ulimit -f 2048; exec \"$0\" serve --no-iothub --port {port} --log error --data-dir \"$1\""
     );
     let child = Command::new("bash")
         .args(["-c", &script, env!("CARGO_BIN_EXE_mqstate")])
@@ -361,6 +373,7 @@ async fn broker_sessions_survive_a_sigkill() {
     let child = Command::new(env!("CARGO_BIN_EXE_mqstate"))
         .args([
             "serve",
+            "--no-iothub",
             "--port",
             &port.to_string(),
             "--log",
