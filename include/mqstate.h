@@ -221,6 +221,11 @@ enum mqstate_service_error
    */
   MQSTATE_SERVICE_ERROR_KEY_LENGTH_ZERO = 12,
   /**
+   * "the request could not be persisted; the state store's disk is full or failing"
+   * (`mqstate serve --data-dir`; nothing changed)
+   */
+  MQSTATE_SERVICE_ERROR_PERSISTENCE_FAILED = 13,
+  /**
    * A text this version does not know (the message holds it verbatim).
    */
   MQSTATE_SERVICE_ERROR_UNKNOWN = 999,
@@ -350,7 +355,8 @@ typedef struct mqstate_value mqstate_value;
 typedef struct mqstate_version mqstate_version;
 
 /**
- * A SET condition (`mqstate_client_set`): one of the `MQSTATE_SET_*` values.
+ * A SET condition (`mqstate_client_set`): one of `MQSTATE_SET_ALWAYS`, `_NX`, `_NEX`,
+ * optionally or-ed with `MQSTATE_SET_PERSIST`.
  */
 typedef uint32_t mqstate_set_condition;
 
@@ -425,6 +431,13 @@ typedef struct mqstate_hlc {
  */
 #define MQSTATE_SET_NEX 2
 
+/**
+ * A flag to or with the condition: ask the service to persist the key (the request carries
+ * `aio-persistence: true`; `mqstate serve --data-dir DIR --persist requested` keeps only such
+ * keys across a restart).
+ */
+#define MQSTATE_SET_PERSIST 256
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -465,9 +478,10 @@ mqstate_status mqstate_client_get(const struct mqstate_client *client,
 
 /**
  * `SET key value [NX|NEX] [PX expiry_ms]`. `value` may be NULL when `value_len` is 0 (an
- * empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
- * a pointer to the expiry in milliseconds, which must be > 0 (0 is
- * `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
+ * empty value). `condition`: `MQSTATE_SET_ALWAYS`, `_NX` or `_NEX`, or-ed with
+ * `MQSTATE_SET_PERSIST` to persist the key. `expiry_ms`: NULL for no expiry, or a pointer to
+ * the expiry in milliseconds, which must be > 0 (0 is `MQSTATE_INVALID_ARGUMENT`, as in every
+ * language; a literal `0` argument is NULL).
  * `fencing_token`: NULL, or the token protecting the key (docs/protocol.md section 5).
  * `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
  * version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the

@@ -142,8 +142,11 @@ export declare class NativeClient {
   get observedKeys(): number
   /** `GET key`: the value and its version, or null. */
   get(key: string | Uint8Array, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<Versioned | null>
-  /** `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given). */
-  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<SetResult>
+  /**
+   * `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given, and
+   * `aio-persistence: true` with `persist`).
+   */
+  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null, persist?: boolean | undefined | null): Promise<SetResult>
   /** `DEL key`: the number of keys deleted (0 or 1). */
   del(key: string | Uint8Array, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<number>
   /** `VDEL key value`: `deleted`, `notFound` or `valueMismatch`. */
@@ -387,6 +390,16 @@ export interface LocalServerOptions {
   host?: string
   /** Key quota: SETs of new keys beyond it fail with `quota_exceeded` (default: none). */
   maxKeys?: number
+  /**
+   * Keep keys in this directory so that a server started again on it finds them
+   * (default: in memory only).
+   */
+  dataDir?: string
+  /**
+   * With `dataDir`: `"all"` (every key, the default) or `"requested"` (only keys SET with
+   * `persist: true`).
+   */
+  persist?: string
 }
 
 /** An event of a lease or of an election (`type` says which; the other fields as they apply). */

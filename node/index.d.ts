@@ -65,6 +65,12 @@ export interface SetOptions extends CallOptions {
     expiryMs?: number;
     /** The fencing token of the lock that protects the key (`__ft`). */
     fencingToken?: Hlc | string;
+    /**
+     * Ask the service to persist the key: the request carries `aio-persistence: true`, as the
+     * official Azure IoT Operations SDKs send it. `mqstate serve --data-dir DIR --persist
+     * requested` (or `LocalServer.start({ dataDir, persist: 'requested' })`) keeps only such keys.
+     */
+    persist?: boolean;
 }
 /** Options of {@link Client.del} and {@link Client.vdel}. */
 export interface DelOptions extends CallOptions {

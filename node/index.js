@@ -217,7 +217,7 @@ class Client {
                 return this.#native.set(key, value);
             const o = options;
             const ft = token(o.fencingToken);
-            return withSignal(o.signal, (c) => this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c));
+            return withSignal(o.signal, (c) => this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c, o.persist));
         });
     }
     /** `DEL`: the number of keys deleted (0 or 1). */

@@ -111,6 +111,12 @@ export interface SetOptions extends CallOptions {
   expiryMs?: number;
   /** The fencing token of the lock that protects the key (`__ft`). */
   fencingToken?: Hlc | string;
+  /**
+   * Ask the service to persist the key: the request carries `aio-persistence: true`, as the
+   * official Azure IoT Operations SDKs send it. `mqstate serve --data-dir DIR --persist
+   * requested` (or `LocalServer.start({ dataDir, persist: 'requested' })`) keeps only such keys.
+   */
+  persist?: boolean;
 }
 
 /** Options of {@link Client.del} and {@link Client.vdel}. */
@@ -284,7 +290,7 @@ export class Client {
       const o = options;
       const ft = token(o.fencingToken);
       return withSignal(o.signal, (c) =>
-        this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c),
+        this.#native.set(key, value, o.nx, o.nex, o.expiryMs, ft, o.timeoutMs, c, o.persist),
       );
     });
   }

@@ -208,6 +208,7 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
     use mqstate_server::DEFAULT_MAX_PACKET_SIZE;
+    use mqstate_server::persist::PersistMode;
 
     #[test]
     fn cli_is_well_formed() {
@@ -248,6 +249,28 @@ mod tests {
             (0, Some(10), 2048)
         );
         assert!(Cli::try_parse_from(["mqstate", "serve", "--max-packet-size", "10"]).is_err());
+        let cli = Cli::try_parse_from([
+            "mqstate",
+            "serve",
+            "--data-dir",
+            "/tmp/d",
+            "--persist",
+            "requested",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(
+            args.data_dir.as_deref(),
+            Some(std::path::Path::new("/tmp/d"))
+        );
+        assert_eq!(args.persist, PersistMode::Requested);
+        // --persist needs --data-dir; unknown modes are refused.
+        assert!(Cli::try_parse_from(["mqstate", "serve", "--persist", "all"]).is_err());
+        assert!(
+            Cli::try_parse_from(["mqstate", "serve", "--data-dir", "d", "--persist", "x"]).is_err()
+        );
         assert!(
             Cli::try_parse_from(["mqstate", "serve", "--broker", "mqtt://h:1", "--port", "5"])
                 .is_err()

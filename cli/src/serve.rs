@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 
 use clap::Args;
+use mqstate_server::persist::PersistMode;
 use mqstate_server::{
     BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
     parse_broker_url,
@@ -38,6 +39,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_PACKET_SIZE,
           value_parser = clap::value_parser!(u32).range(1024..))]
     pub max_packet_size: u32,
+
+    /// Keep keys (and the embedded broker's sessions) in this directory so that they survive
+    /// a restart or a crash; created if missing. A write that must persist is answered only
+    /// once it is on disk. Without it, everything stays in memory.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+
+    /// Which keys --data-dir keeps: "all" (every key) or "requested" (only keys SET with
+    /// persist, the `aio-persistence: true` user property).
+    #[arg(long, value_name = "MODE", default_value = "all", requires = "data_dir",
+          value_parser = clap::value_parser!(PersistMode))]
+    pub persist: PersistMode,
 
     /// Log level (error, warn, info, debug, trace; the embedded broker's own logs stay at warn)
     /// or a full tracing filter such as "debug,mqtt5=info". Default: RUST_LOG, else info.
@@ -100,6 +113,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             args.iothub.iothub_admin_port,
         )),
     });
+    if let Some(dir) = &args.data_dir {
+        config = config.with_data_dir(dir, args.persist);
+    }
     if let Some(url) = &args.broker {
         let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
         config.broker = BrokerChoice::External { host, port };

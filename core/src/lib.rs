@@ -49,6 +49,7 @@ pub use client::options;
 pub use protocol::errors as error;
 pub use protocol::{hlc, instance, resp3, topics};
 
+pub use client::rpc::PERSISTENCE_PROPERTY;
 pub use client::{
     Client, ConnectionState, KeyNotification, KeyObservation, SetOptions, SetOutcome, VdelOutcome,
     Versioned,

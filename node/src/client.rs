@@ -331,7 +331,8 @@ impl NativeClient {
         )
     }
 
-    /// `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given).
+    /// `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given, and
+    /// `aio-persistence: true` with `persist`).
     #[allow(clippy::too_many_arguments)]
     #[napi]
     pub fn set<'env>(
@@ -345,10 +346,14 @@ impl NativeClient {
         fencing_token: Option<&Hlc>,
         timeout_ms: Option<f64>,
         cancel: Option<&CancelToken>,
+        persist: Option<bool>,
     ) -> napi::Result<PromiseRaw<'env, SetResult>> {
         let prepared = (|| {
             let client = self.with_timeout(timeout_ms)?;
             let mut options = SetOptions::default();
+            if persist.unwrap_or(false) {
+                options = options.persist();
+            }
             match (nx.unwrap_or(false), nex.unwrap_or(false)) {
                 (true, true) => {
                     return Err(Error::InvalidArgument(

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use mqstate::Error;
 use mqstate_server::ServerConfig;
+use mqstate_server::persist::PersistMode;
 use napi::Env;
 use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;
@@ -21,6 +22,12 @@ pub struct LocalServerOptions {
     pub host: Option<String>,
     /// Key quota: SETs of new keys beyond it fail with `quota_exceeded` (default: none).
     pub max_keys: Option<f64>,
+    /// Keep keys in this directory so that a server started again on it finds them
+    /// (default: in memory only).
+    pub data_dir: Option<String>,
+    /// With `dataDir`: `"all"` (every key, the default) or `"requested"` (only keys SET with
+    /// `persist: true`).
+    pub persist: Option<String>,
 }
 
 /// A running local state store: an embedded MQTT5 broker and the store, in this process.
@@ -47,6 +54,21 @@ fn config(o: LocalServerOptions) -> Result<ServerConfig, Error> {
     }
     if let Some(n) = o.max_keys {
         config = config.with_max_keys(Some(whole("maxKeys", n)?));
+    }
+    let mode = match o.persist.as_deref() {
+        None => PersistMode::All,
+        Some(text) => text
+            .parse::<PersistMode>()
+            .map_err(|e| Error::InvalidArgument(format!("persist: {e}")))?,
+    };
+    match o.data_dir {
+        Some(dir) => config = config.with_data_dir(dir, mode),
+        None if o.persist.is_some() => {
+            return Err(Error::InvalidArgument(
+                "persist needs dataDir (keys are in memory without it)".into(),
+            ));
+        }
+        None => {}
     }
     Ok(config)
 }

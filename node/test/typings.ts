@@ -26,8 +26,11 @@ export async function typed(): Promise<void> {
     nx: true,
     expiryMs: 1000,
     fencingToken: '1:0:n',
+    persist: true,
     signal: AbortSignal.timeout(1000),
   });
+  const durable: LocalServer = await LocalServer.start({ dataDir: '/tmp/x', persist: 'requested' });
+  void durable;
   const got = await client.get(new Uint8Array([107]));
   if (got !== null) {
     const value: Buffer = got.value;

@@ -266,6 +266,7 @@ class Client:
         nex: bool = False,
         expiry: _Duration | None = None,
         fencing_token: Hlc | None = None,
+        persist: bool = False,
     ) -> SetOutcome: ...
     def delete(self, key: _Bytes, *, fencing_token: Hlc | None = None) -> bool:
         """True if the key existed."""
@@ -352,6 +353,7 @@ class AsyncClient:
         nex: bool = False,
         expiry: _Duration | None = None,
         fencing_token: Hlc | None = None,
+        persist: bool = False,
     ) -> asyncio.Future[SetOutcome]: ...
     def delete(
         self, key: _Bytes, *, fencing_token: Hlc | None = None
@@ -692,7 +694,16 @@ class AsyncLeaderElection:
 class LocalServer:
     """A local state store (embedded MQTT5 broker + store) in this process, on 127.0.0.1."""
 
-    def __new__(cls, *, port: int = 0, max_keys: int | None = None) -> LocalServer: ...
+    def __new__(
+        cls,
+        *,
+        port: int = 0,
+        max_keys: int | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        persist: Literal["all", "requested"] = "all",
+    ) -> LocalServer:
+        """With ``data_dir``, keys persist there (``persist``: every key, or only those SET
+        with ``persist=True``) and survive a restart on the same directory."""
     @property
     def host(self) -> str: ...
     @property

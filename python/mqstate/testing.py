@@ -16,13 +16,17 @@ A pytest fixture::
             client.set("door", "open")
             assert client.get("door") == b"open"
 
+``LocalServer(data_dir=path)`` keeps the keys in ``path`` (every key, or with
+``persist="requested"`` only those SET with ``persist=True``): a new server on the same
+directory finds them again, with their versions, fencing tokens and expiry deadlines.
+
 The server runs on the library's own runtime threads (no child process, no Docker); it stops
 at the end of the ``with`` block, on :meth:`LocalServer.stop`, or when garbage-collected.
 
 To run it as a child process instead (for code under test that runs in another process, or
 a suite that wants the server outside its own process)::
 
-    python -m mqstate.testing [--port N] [--max-keys N]
+    python -m mqstate.testing [--port N] [--max-keys N] [--data-dir DIR [--persist all|requested]]
 
 prints ``mqtt://127.0.0.1:PORT`` on its first line once the server is ready, and runs until
 its standard input closes or it receives SIGTERM / SIGINT.
@@ -45,6 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mqstate.testing", description=main.__doc__)
     parser.add_argument("--port", type=int, default=0, help="default: a free port")
     parser.add_argument("--max-keys", type=int, default=None, help="key quota (default: none)")
+    parser.add_argument("--data-dir", default=None, help="keep keys in this directory")
+    parser.add_argument(
+        "--persist",
+        choices=["all", "requested"],
+        default="all",
+        help="with --data-dir: every key (default), or only keys SET with persist",
+    )
     args = parser.parse_args(argv)
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -54,7 +65,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdin.read()  # returns at end of file: the parent is gone or closed the pipe
         done.set()
 
-    with LocalServer(port=args.port, max_keys=args.max_keys) as server:
+    with LocalServer(
+        port=args.port, max_keys=args.max_keys, data_dir=args.data_dir, persist=args.persist
+    ) as server:
         print(server.url, flush=True)
         threading.Thread(target=watch_stdin, daemon=True).start()
         while not done.wait(0.2):

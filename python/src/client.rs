@@ -24,8 +24,12 @@ fn set_options(
     nex: bool,
     expiry: Option<&Bound<'_, PyAny>>,
     fencing_token: Option<&Bound<'_, Hlc>>,
+    persist: bool,
 ) -> PyResult<SetOptions> {
     let mut options = SetOptions::default();
+    if persist {
+        options = options.persist();
+    }
     match (nx, nex) {
         (true, true) => {
             return Err(errors::invalid_argument(
@@ -156,7 +160,7 @@ impl Client {
         got.map(|v| VersionedOut(v).into_pyobject(py)).transpose()
     }
 
-    #[pyo3(signature = (key, value, *, nx = false, nex = false, expiry = None, fencing_token = None))]
+    #[pyo3(signature = (key, value, *, nx = false, nex = false, expiry = None, fencing_token = None, persist = false))]
     #[allow(clippy::too_many_arguments)]
     fn set<'py>(
         &self,
@@ -167,8 +171,9 @@ impl Client {
         nex: bool,
         expiry: Option<&Bound<'py, PyAny>>,
         fencing_token: Option<&Bound<'py, Hlc>>,
+        persist: bool,
     ) -> PyResult<Bound<'py, SetOutcome>> {
-        let options = set_options(py, nx, nex, expiry, fencing_token)?;
+        let options = set_options(py, nx, nex, expiry, fencing_token, persist)?;
         let key = bytes_arg(key, "key")?;
         let value = bytes_arg(value, "value")?;
         let outcome = wait(py, self.inner.set(key, value, options))?.or_raise(py)?;
@@ -324,7 +329,7 @@ impl AsyncClient {
         })
     }
 
-    #[pyo3(signature = (key, value, *, nx = false, nex = false, expiry = None, fencing_token = None))]
+    #[pyo3(signature = (key, value, *, nx = false, nex = false, expiry = None, fencing_token = None, persist = false))]
     #[allow(clippy::too_many_arguments)]
     fn set<'py>(
         &self,
@@ -335,8 +340,9 @@ impl AsyncClient {
         nex: bool,
         expiry: Option<&Bound<'py, PyAny>>,
         fencing_token: Option<&Bound<'py, Hlc>>,
+        persist: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = set_options(py, nx, nex, expiry, fencing_token)?;
+        let options = set_options(py, nx, nex, expiry, fencing_token, persist)?;
         let key = owned_bytes_arg(key, "key")?;
         let value = owned_bytes_arg(value, "value")?;
         let client = self.inner.clone();

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
+use mqstate_server::persist::PersistMode;
 use mqstate_server::{LocalServer as Server, ServerConfig};
 
 use crate::errors;
@@ -26,11 +27,23 @@ pub(crate) struct LocalServer {
 #[pymethods]
 impl LocalServer {
     #[new]
-    #[pyo3(signature = (*, port = 0, max_keys = None))]
-    fn new(py: Python<'_>, port: u16, max_keys: Option<usize>) -> PyResult<Self> {
-        let config = ServerConfig::default()
+    #[pyo3(signature = (*, port = 0, max_keys = None, data_dir = None, persist = "all"))]
+    fn new(
+        py: Python<'_>,
+        port: u16,
+        max_keys: Option<usize>,
+        data_dir: Option<std::path::PathBuf>,
+        persist: &str,
+    ) -> PyResult<Self> {
+        let mode = persist
+            .parse::<PersistMode>()
+            .map_err(|e| errors::invalid_argument(py, format!("persist: {e}")))?;
+        let mut config = ServerConfig::default()
             .with_port(port)
             .with_max_keys(max_keys);
+        if let Some(dir) = data_dir {
+            config = config.with_data_dir(dir, mode);
+        }
         let server = wait(py, async move {
             // Spawned so that the server's tasks start from a runtime worker.
             runtime()

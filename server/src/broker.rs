@@ -127,7 +127,7 @@ impl EmbeddedBroker {
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
     ) -> Result<EmbeddedBroker, ServerError> {
-        EmbeddedBroker::start_gated(config, events, None).await
+        EmbeddedBroker::start_gated_with_sessions(config, events, None, None).await
     }
 
     /// Like [`EmbeddedBroker::start`]; with `store_client_id`, every other client's CONNECT is
@@ -138,11 +138,39 @@ impl EmbeddedBroker {
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
     ) -> Result<EmbeddedBroker, ServerError> {
-        // Memory storage with persistence on: without persistence the broker grants no
-        // session expiry at all. Offline queues hold a few maximum-size messages at least;
-        // expired sessions are swept every minute.
-        let storage = StorageConfig::default()
-            .with_backend(StorageBackend::Memory)
+        EmbeddedBroker::start_gated_with_sessions(config, events, store_client_id, None).await
+    }
+
+    /// [`EmbeddedBroker::start`], keeping sessions (subscriptions, queued and in-flight QoS 1
+    /// messages, retained messages) in files under `session_dir` when given, so that clients
+    /// with clean start off find their session after a server restart. The `mqtt5` file
+    /// backend locks the directory and group-commits session changes to a log.
+    pub async fn start_with_sessions(
+        config: &EmbeddedBrokerConfig,
+        events: mpsc::UnboundedSender<BrokerEvent>,
+        session_dir: Option<&std::path::Path>,
+    ) -> Result<EmbeddedBroker, ServerError> {
+        EmbeddedBroker::start_gated_with_sessions(config, events, None, session_dir).await
+    }
+
+    /// Both: the admission gate of [`EmbeddedBroker::start_gated`] and the session dir of
+    /// [`EmbeddedBroker::start_with_sessions`] (what `mqstate serve --data-dir` runs).
+    pub async fn start_gated_with_sessions(
+        config: &EmbeddedBrokerConfig,
+        events: mpsc::UnboundedSender<BrokerEvent>,
+        store_client_id: Option<String>,
+        session_dir: Option<&std::path::Path>,
+    ) -> Result<EmbeddedBroker, ServerError> {
+        // Persistence on: without it the broker grants no session expiry at all. Memory
+        // storage unless a session dir is given. Offline queues hold a few maximum-size
+        // messages at least; expired sessions are swept every minute.
+        let storage = match session_dir {
+            Some(dir) => StorageConfig::default()
+                .with_backend(StorageBackend::File)
+                .with_base_dir(dir.to_owned()),
+            None => StorageConfig::default().with_backend(StorageBackend::Memory),
+        };
+        let storage = storage
             .with_persistence(true)
             .with_max_queued_bytes_per_client(
                 config.max_packet_size.saturating_mul(8).max(64 << 20),
@@ -154,9 +182,12 @@ impl EmbeddedBroker {
             .with_storage(storage)
             .with_sys_topics_enabled(false)
             .with_event_handler(Arc::new(EventForwarder { events }));
-        let mut broker = MqttBroker::with_config(broker_config)
-            .await
-            .map_err(|e| ServerError::Broker(format!("cannot start on {}: {e}", config.bind)))?;
+        let mut broker = MqttBroker::with_config(broker_config).await.map_err(|e| {
+            let sessions = session_dir
+                .map(|d| format!(" (sessions in {})", d.display()))
+                .unwrap_or_default();
+            ServerError::Broker(format!("cannot start on {}{sessions}: {e}", config.bind))
+        })?;
         let mut gate = None;
         if let Some(store) = store_client_id {
             let (gated, opener) = GatedAuth::new(broker.auth_provider(), store);

@@ -33,6 +33,11 @@ pub enum ServerError {
         /// Where it was looked for.
         looked_for: String,
     },
+    /// The data dir (`--data-dir`) cannot be used: not writable, locked by another server,
+    /// from an incompatible version, or damaged. The message names the file; nothing in the
+    /// directory was changed.
+    #[error("data dir: {0}")]
+    DataDir(String),
     /// Mosquitto started but did not accept connections (test helper).
     #[error("mosquitto did not start: {0}")]
     MosquittoFailed(String),

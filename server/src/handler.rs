@@ -27,6 +27,7 @@
 //!     client_id: Some("client-id1"),
 //!     timestamp: Some("001696374425000:00000:client-id1"),
 //!     fencing_token: None,
+//!     persist: false,
 //! };
 //! let set = Bytes::from_static(b"*3\r\n$3\r\nSET\r\n$7\r\nSETKEY2\r\n$6\r\nVALUE5\r\n");
 //! let outcome = handler.handle(&ctx, &set, Instant::now());
@@ -96,6 +97,9 @@ pub struct RequestContext<'a> {
     pub timestamp: Option<&'a str>,
     /// `__ft`.
     pub fencing_token: Option<&'a str>,
+    /// Keep a SET's key on disk: the request carried `aio-persistence: true`, or the server
+    /// persists every key. Ignored without a data dir.
+    pub persist: bool,
 }
 
 /// The answer to one request.
@@ -117,7 +121,8 @@ impl Answer {
         }
     }
 
-    fn error(e: &ServiceError) -> Self {
+    /// The `-ERR` answer for `e` (no `__ts`).
+    pub fn error(e: &ServiceError) -> Self {
         Answer::new(&Reply::error(e), None)
     }
 }
@@ -178,6 +183,12 @@ impl Handler {
         &self.store
     }
 
+    /// The store, to restore it from disk and to journal its changes
+    /// ([`persist`](crate::persist)).
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     /// The registrations (read-only).
     pub fn registrations(&self) -> &Registrations {
         &self.registrations
@@ -213,6 +224,23 @@ impl Handler {
             self.notify(&key, &delete_payload(), &version, &mut notifications);
         }
         notifications
+    }
+
+    /// The answer to `GET key` from the store as it is now, without moving the clock or
+    /// removing expired keys (a key past its deadline reads as absent). The
+    /// [`service`](crate::service) answers again the reads of a batch whose commit failed.
+    pub fn answer_get(&self, key: &[u8], now: Instant) -> Answer {
+        match self
+            .store
+            .get(key)
+            .filter(|e| e.expires_at.is_none_or(|at| at > now))
+        {
+            Some(entry) => Answer::new(
+                &Reply::Bulk(entry.value.clone()),
+                Some(entry.version.clone()),
+            ),
+            None => Answer::new(&Reply::Nil, None),
+        }
     }
 
     /// A connection of `client_id` opened (from the broker's events).
@@ -311,6 +339,7 @@ impl Handler {
                     condition,
                     expiry: expiry_ms.map(Duration::from_millis),
                     fencing_token,
+                    persist: ctx.persist,
                 };
                 match self
                     .store
@@ -491,6 +520,7 @@ mod tests {
             client_id: Some("client"),
             timestamp: ts,
             fencing_token: ft,
+            persist: false,
         }
     }
 

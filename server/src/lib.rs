@@ -17,6 +17,7 @@
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
+//! - [`persist`]: the data dir (`--data-dir`): keys on disk in redb, group commit, restore.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -44,6 +45,7 @@ pub mod handler;
 pub mod iothub;
 mod local_server;
 pub mod mosquitto_log;
+pub mod persist;
 pub mod registrations;
 pub mod service;
 pub mod store;

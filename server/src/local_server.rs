@@ -12,6 +12,7 @@ use crate::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
 use crate::dedup::DedupLimits;
 use crate::error::ServerError;
 use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::persist::{PersistMode, Persistence};
 use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
@@ -67,6 +68,11 @@ pub struct ServerConfig {
     /// The web dashboard, served by the IoT Hub's admin API server, or by a server of its own
     /// when `iothub` is off (see [`crate::dashboard::DashboardConfig::standalone_addr`]).
     pub dashboard: Option<crate::dashboard::DashboardConfig>,
+    /// Keep keys (and the embedded broker's sessions) in this directory, so that they
+    /// survive a restart or a crash (`None`: in memory only). See [`crate::persist`].
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Which keys a data dir keeps: every key (default) or those SET with `persist`.
+    pub persist_mode: PersistMode,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -85,6 +91,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("iothub", &self.iothub)
             .field("dashboard", &self.dashboard)
+            .field("data_dir", &self.data_dir)
+            .field("persist_mode", &self.persist_mode)
             .finish()
     }
 }
@@ -105,6 +113,8 @@ impl Default for ServerConfig {
             connect_timeout: Duration::from_secs(10),
             iothub: None,
             dashboard: None,
+            data_dir: None,
+            persist_mode: PersistMode::All,
         }
     }
 }
@@ -158,6 +168,22 @@ impl ServerConfig {
     #[must_use]
     pub fn with_iothub(mut self, iothub: crate::iothub::IotHubConfig) -> Self {
         self.iothub = Some(iothub);
+        self
+    }
+
+    /// Keeps keys in `dir` (builder style); see [`ServerConfig::data_dir`].
+    ///
+    /// ```
+    /// use mqstate_server::ServerConfig;
+    /// use mqstate_server::persist::PersistMode;
+    ///
+    /// let c = ServerConfig::default().with_data_dir("/var/lib/mqstate", PersistMode::Requested);
+    /// assert_eq!(c.persist_mode, PersistMode::Requested);
+    /// ```
+    #[must_use]
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>, mode: PersistMode) -> Self {
+        self.data_dir = Some(dir.into());
+        self.persist_mode = mode;
         self
     }
 
@@ -278,6 +304,12 @@ impl LocalServer {
         if let Some(id) = &config.client_id {
             service_config.client_id.clone_from(id);
         }
+        // The data dir first: a locked, damaged or unwritable one stops the start before
+        // anything listens.
+        let persistence = match &config.data_dir {
+            Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
+            None => None,
+        };
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -285,10 +317,12 @@ impl LocalServer {
                     bind: SocketAddr::new(config.bind, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
-                let broker = EmbeddedBroker::start_gated(
+                let sessions = persistence.as_ref().map(Persistence::broker_dir);
+                let broker = EmbeddedBroker::start_gated_with_sessions(
                     &broker_config,
                     tx,
                     Some(service_config.client_id.clone()),
+                    sessions.as_deref(),
                 )
                 .await?;
                 let addr = broker.local_addr();
@@ -325,6 +359,7 @@ impl LocalServer {
         service_config.trust_broker_client_id = embedded;
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
         service_config.watch_mosquitto_log = !embedded;
+        service_config.persistence = persistence;
         let service = match Service::start(service_config, events).await {
             Ok(s) => s,
             Err(e) => {

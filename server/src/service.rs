@@ -34,6 +34,7 @@ use crate::dedup::{DedupCache, DedupLimits};
 use crate::error::ServerError;
 use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
 use crate::mosquitto_log;
+use crate::persist::{self, MAX_BATCH, Persistence};
 
 /// `__stat`: the status property on every response.
 pub const STATUS_PROPERTY: &str = "__stat";
@@ -106,6 +107,8 @@ pub struct ServiceConfig {
     /// How long the broker keeps the store's session after a disconnect (clean start is off,
     /// so requests queued for the store while it was away are delivered when it is back).
     pub session_expiry: Duration,
+    /// The data dir: keys persisted, answers sent once durable (see [`persist`]).
+    pub persistence: Option<Persistence>,
 }
 
 impl ServiceConfig {
@@ -124,6 +127,7 @@ impl ServiceConfig {
             disconnector: None,
             instance_id: new_instance_id(),
             session_expiry: DEFAULT_SESSION_EXPIRY,
+            persistence: None,
         }
     }
 }
@@ -168,6 +172,7 @@ impl Service {
         config: ServiceConfig,
         broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
     ) -> Result<Service, ServerError> {
+        let handler = persist::handler(config.handler.clone(), config.persistence.as_ref())?;
         let mut options = MqttOptions::new(config.client_id.clone(), &config.host, config.port);
         options
             .set_keep_alive(Duration::from_secs(30))
@@ -211,7 +216,7 @@ impl Service {
             },
         ));
         let store = StoreTask {
-            handler: Handler::new(config.handler.clone()),
+            handler,
             dedup: DedupCache::new(config.dedup),
             client: client.clone(),
             trust_broker_client_id: config.trust_broker_client_id,
@@ -219,6 +224,8 @@ impl Service {
             disconnector: config.disconnector.clone(),
             own_id: config.client_id.clone(),
             instance_id: config.instance_id.clone(),
+            persistence: config.persistence.clone(),
+            outbox: Vec::new(),
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {
@@ -442,6 +449,52 @@ struct StoreTask {
     disconnector: Option<Disconnector>,
     own_id: String,
     instance_id: String,
+    /// The data dir, if any.
+    persistence: Option<Persistence>,
+    /// What waits for the group commit in progress (see [`persist`]), in order.
+    outbox: Vec<Deferred>,
+}
+
+/// An answer ready to send, with what it takes to send it (or answer again).
+struct Reply {
+    response_topic: String,
+    correlation: Bytes,
+    message_expiry: Option<u32>,
+    answer: Answer,
+    notifications: Vec<Notification>,
+    dedup_id: String,
+    /// What the request was, for answering again if its batch's commit fails.
+    kind: RequestKind,
+}
+
+enum RequestKind {
+    /// A GET of this key: answered again from the restored state.
+    Read(Bytes),
+    /// A SET / DEL / VDEL: answered `persistence failed`.
+    Write,
+    /// KEYNOTIFY or a refused request: its answer stands.
+    Other,
+}
+
+impl RequestKind {
+    fn of(payload: &Bytes) -> Self {
+        match mqstate::resp3::decode_request(payload) {
+            Ok(mqstate::resp3::Request::Get { key }) => RequestKind::Read(key),
+            Ok(
+                mqstate::resp3::Request::Set { .. }
+                | mqstate::resp3::Request::Del { .. }
+                | mqstate::resp3::Request::Vdel { .. },
+            ) => RequestKind::Write,
+            _ => RequestKind::Other,
+        }
+    }
+}
+
+/// What waits in the outbox.
+enum Deferred {
+    Reply(Box<Reply>),
+    Notifications(Vec<Notification>),
+    Ack(Publish),
 }
 
 /// The properties of a request, as received.
@@ -454,6 +507,7 @@ struct RequestProps {
     fencing_token: Option<String>,
     source_id: Option<String>,
     broker_client_id: Option<String>,
+    persist: bool,
 }
 
 impl RequestProps {
@@ -474,6 +528,9 @@ impl RequestProps {
                 FENCING_TOKEN_PROPERTY => props.fencing_token = Some(value),
                 SOURCE_ID_PROPERTY => props.source_id = Some(value),
                 CLIENT_ID_PROPERTY => props.broker_client_id = Some(value),
+                mqstate::PERSISTENCE_PROPERTY => {
+                    props.persist = value.eq_ignore_ascii_case("true");
+                }
                 _ => {}
             }
         }
@@ -500,32 +557,113 @@ impl StoreTask {
                 },
                 _ = sleep_until(deadline) => {
                     let notifications = self.handler.expire(std::time::Instant::now());
-                    self.publish_notifications(notifications).await;
+                    if self.batch_open() {
+                        self.outbox.push(Deferred::Notifications(notifications));
+                    } else {
+                        self.publish_notifications(notifications).await;
+                    }
                 }
                 request = input.recv() => match request {
-                    Some(Input::Request(publish)) => {
-                        let ack = ack_of(&publish);
-                        self.on_request(publish).await;
-                        self.ack(ack).await;
-                    }
-                    Some(Input::Log(publish)) => {
-                        let line = String::from_utf8_lossy(&publish.payload);
-                        if let Some(event) = mosquitto_log::parse_line(&line) {
-                            self.on_broker_event(event);
-                        }
-                        self.ack(ack_of(&publish)).await;
-                    }
+                    Some(input) => self.on_input(input).await,
                     None => break,
                 },
+            }
+            if !self.outbox.is_empty() {
+                self.group_commit(&mut input).await;
             }
         }
     }
 
-    /// Acknowledges a received QoS 1 message (nothing to do for QoS 0).
-    async fn ack(&self, ack: Option<Publish>) {
-        if let Some(publish) = ack
-            && let Err(e) = self.client.ack(&publish).await
-        {
+    async fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Request(publish) => {
+                let ack = ack_of(&publish);
+                self.on_request(publish).await;
+                self.ack(ack).await;
+            }
+            Input::Log(publish) => {
+                let line = String::from_utf8_lossy(&publish.payload);
+                if let Some(event) = mosquitto_log::parse_line(&line) {
+                    self.on_broker_event(event);
+                }
+                self.ack(ack_of(&publish)).await;
+            }
+        }
+    }
+
+    /// Whether what was just handled must wait for a commit: something already waits, or
+    /// the store's journal touches a key on disk. Otherwise the journal (memory-only
+    /// changes) is dropped and the answer goes out at once.
+    fn batch_open(&mut self) -> bool {
+        let Some(p) = &self.persistence else {
+            return false;
+        };
+        if !self.outbox.is_empty() || p.needs_disk(self.handler.store()) {
+            return true;
+        }
+        self.handler.store_mut().take_journal();
+        false
+    }
+
+    /// Handles every request already queued (up to [`MAX_BATCH`]) into the open batch,
+    /// commits the batch in one transaction, then sends what waited (see [`persist`]).
+    async fn group_commit(&mut self, input: &mut mpsc::Receiver<Input>) {
+        for _ in 0..MAX_BATCH {
+            match input.try_recv() {
+                Ok(item) => self.on_input(item).await,
+                Err(_) => break,
+            }
+        }
+        let Some(p) = self.persistence.clone() else {
+            return;
+        };
+        let clock_ms = self.handler.clock().current().ms;
+        let result = p.commit(self.handler.store_mut(), clock_ms).await;
+        let failed = match &result {
+            Ok(_) => false,
+            Err(e) => {
+                tracing::error!(error = %e, "commit failed: the batch's writes are undone and answered with an error");
+                true
+            }
+        };
+        for deferred in std::mem::take(&mut self.outbox) {
+            match deferred {
+                Deferred::Reply(mut reply) if failed => {
+                    match &reply.kind {
+                        RequestKind::Read(key) => {
+                            reply.answer = self.handler.answer_get(key, std::time::Instant::now());
+                        }
+                        RequestKind::Write => {
+                            reply.answer = Answer::error(&mqstate::ServiceError::PersistenceFailed);
+                        }
+                        RequestKind::Other => {}
+                    }
+                    reply.notifications.clear();
+                    self.send_reply(*reply).await;
+                }
+                Deferred::Reply(reply) => self.send_reply(*reply).await,
+                Deferred::Notifications(_) if failed => {}
+                Deferred::Notifications(n) => self.publish_notifications(n).await,
+                Deferred::Ack(publish) => self.send_ack(publish).await,
+            }
+        }
+    }
+
+    /// Acknowledges a received QoS 1 message (nothing to do for QoS 0), after what waits
+    /// for a commit if anything does.
+    async fn ack(&mut self, ack: Option<Publish>) {
+        let Some(publish) = ack else {
+            return;
+        };
+        if self.outbox.is_empty() {
+            self.send_ack(publish).await;
+        } else {
+            self.outbox.push(Deferred::Ack(publish));
+        }
+    }
+
+    async fn send_ack(&self, publish: Publish) {
+        if let Err(e) = self.client.ack(&publish).await {
             tracing::error!(error = %e, "cannot acknowledge a request");
         }
     }
@@ -609,23 +747,59 @@ impl StoreTask {
                 .await;
             return;
         }
+        let persist = self
+            .persistence
+            .as_ref()
+            .is_some_and(|p| p.persists(props.persist));
         let ctx = RequestContext {
             client_id,
             timestamp: props.timestamp.as_deref(),
             fencing_token: props.fencing_token.as_deref(),
+            persist,
         };
         let outcome = self.handler.handle(&ctx, &payload, now);
-        self.respond(
+        let reply = Reply {
+            response_topic: response_topic.to_owned(),
+            correlation,
+            message_expiry: props.message_expiry,
+            answer: outcome.answer,
+            notifications: outcome.notifications,
+            dedup_id,
+            kind: if self.persistence.is_some() {
+                RequestKind::of(&payload)
+            } else {
+                RequestKind::Other
+            },
+        };
+        if self.batch_open() {
+            self.outbox.push(Deferred::Reply(Box::new(reply)));
+        } else {
+            self.send_reply(reply).await;
+        }
+    }
+
+    /// Sends an answer and its notifications, and caches it for duplicates.
+    async fn send_reply(&mut self, reply: Reply) {
+        let Reply {
             response_topic,
-            &correlation,
-            props.message_expiry,
-            &outcome.answer,
-        )
-        .await;
-        self.publish_notifications(outcome.notifications).await;
-        let size = outcome.answer.payload.len() + correlation.len() + dedup_id.len() + 64;
-        self.dedup
-            .insert(&dedup_id, correlation, outcome.answer, size, now);
+            correlation,
+            message_expiry,
+            answer,
+            notifications,
+            dedup_id,
+            kind: _,
+        } = reply;
+        self.respond(&response_topic, &correlation, message_expiry, &answer)
+            .await;
+        self.publish_notifications(notifications).await;
+        let size = answer.payload.len() + correlation.len() + dedup_id.len() + 64;
+        self.dedup.insert(
+            &dedup_id,
+            correlation,
+            answer,
+            size,
+            std::time::Instant::now(),
+        );
     }
 
     async fn respond(

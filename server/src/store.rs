@@ -47,6 +47,9 @@ pub struct Entry {
     pub fencing_token: Option<Hlc>,
     /// When the key expires, if it was set with `PX`.
     pub expires_at: Option<Instant>,
+    /// Whether the key is kept on disk (its last SET asked for it, or the server persists
+    /// every key). Only meaningful with a data dir ([`crate::persist`]).
+    pub persist: bool,
 }
 
 /// Why the store refused a write. Each maps to one service error text.
@@ -120,6 +123,8 @@ pub struct SetArgs {
     pub expiry: Option<Duration>,
     /// The request's `__ft`, already parsed and checked for drift.
     pub fencing_token: Option<Hlc>,
+    /// Keep the key on disk (see [`Entry::persist`]).
+    pub persist: bool,
 }
 
 impl SetArgs {
@@ -131,6 +136,7 @@ impl SetArgs {
             condition: SetCondition::Always,
             expiry: None,
             fencing_token: None,
+            persist: false,
         }
     }
 
@@ -154,6 +160,13 @@ impl SetArgs {
         self.fencing_token = token;
         self
     }
+
+    /// Marks the key to be kept on disk (builder style).
+    #[must_use]
+    pub fn persist(mut self, persist: bool) -> Self {
+        self.persist = persist;
+        self
+    }
 }
 
 /// The keys, their deadlines and the quota.
@@ -164,6 +177,9 @@ pub struct Store {
     deadlines: BTreeSet<(Instant, Bytes)>,
     /// The most keys the store holds at once (`None`: no limit).
     max_keys: Option<usize>,
+    /// When journaling (a data dir is in use): every change since the last
+    /// [`Store::take_journal`], as (key, the entry before the change), in order.
+    journal: Option<Vec<(Bytes, Option<Entry>)>>,
 }
 
 /// Checks a request's fencing token against the key's (docs/protocol.md section 5).
@@ -182,6 +198,61 @@ impl Store {
         Store {
             max_keys,
             ..Store::default()
+        }
+    }
+
+    /// Records every change from now on (see [`Store::take_journal`]); the
+    /// [`persist`](crate::persist) layer uses the journal to write changes to disk and to undo
+    /// them if the disk refuses.
+    pub fn enable_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes waiting in the journal (empty when journaling is off).
+    pub fn journal(&self) -> &[(Bytes, Option<Entry>)] {
+        self.journal.as_deref().unwrap_or_default()
+    }
+
+    /// Whether changes are waiting in the journal.
+    pub fn journal_is_empty(&self) -> bool {
+        self.journal.as_ref().is_none_or(Vec::is_empty)
+    }
+
+    /// The changes since the last call: (key, entry before the change), oldest first. The
+    /// journal stays enabled.
+    pub fn take_journal(&mut self) -> Vec<(Bytes, Option<Entry>)> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Undoes changes taken from the journal (newest first), putting every key back as it
+    /// was; the undo itself is not journaled.
+    pub fn undo(&mut self, changes: Vec<(Bytes, Option<Entry>)>) {
+        let journal = self.journal.take();
+        for (key, before) in changes.into_iter().rev() {
+            self.put(key, before);
+        }
+        self.journal = journal;
+    }
+
+    /// Puts a key as given (`None`: absent), bypassing conditions and quota: for restoring
+    /// from disk and for [`Store::undo`]. Not journaled if journaling is off.
+    pub fn put(&mut self, key: Bytes, entry: Option<Entry>) {
+        self.remove(&key);
+        if let Some(entry) = entry {
+            self.record(&key, None);
+            if let Some(at) = entry.expires_at {
+                self.deadlines.insert((at, key.clone()));
+            }
+            self.entries.insert(key, entry);
+        }
+    }
+
+    fn record(&mut self, key: &Bytes, before: Option<Entry>) {
+        if let Some(journal) = &mut self.journal {
+            journal.push((key.clone(), before));
         }
     }
 
@@ -222,6 +293,7 @@ impl Store {
                 break;
             };
             if let Some(entry) = self.entries.remove(&key) {
+                self.record(&key, Some(entry.clone()));
                 expired.push((key, entry));
             }
         }
@@ -242,6 +314,7 @@ impl Store {
             condition,
             expiry,
             fencing_token,
+            persist,
         } = args;
         let token = match self.entries.get(&key) {
             Some(entry) => {
@@ -274,16 +347,19 @@ impl Store {
             version,
             fencing_token: token,
             expires_at,
+            persist,
         };
         if let Some(at) = expires_at {
             self.deadlines.insert((at, key.clone()));
         }
-        if let Some(old) = self.entries.insert(key.clone(), entry)
+        let old = self.entries.insert(key.clone(), entry);
+        if let Some(old) = &old
             && let Some(old_at) = old.expires_at
             && Some(old_at) != expires_at
         {
-            self.deadlines.remove(&(old_at, key));
+            self.deadlines.remove(&(old_at, key.clone()));
         }
+        self.record(&key, old);
         Ok(SetOutcome::Applied)
     }
 
@@ -320,8 +396,9 @@ impl Store {
     fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let (key, entry) = self.entries.remove_entry(key)?;
         if let Some(at) = entry.expires_at {
-            self.deadlines.remove(&(at, key));
+            self.deadlines.remove(&(at, key.clone()));
         }
+        self.record(&key, Some(entry.clone()));
         Some(entry)
     }
 }
@@ -516,6 +593,47 @@ mod tests {
         assert_eq!(s.get(b"p").unwrap().fencing_token, None);
         // An unfenced key accepts DEL with or without a token.
         assert_eq!(s.del(b"p", Some(&t1)), Ok(1));
+    }
+
+    #[test]
+    fn the_journal_records_changes_and_undo_restores_them() {
+        let t0 = Instant::now();
+        let mut s = Store::new(None);
+        s.set(SetArgs::new(b("a"), b("1")), v(1, 0), t0).unwrap();
+        assert!(s.journal().is_empty(), "journaling is off by default");
+        s.enable_journal();
+        s.set(SetArgs::new(b("a"), b("2")).persist(true), v(2, 0), t0)
+            .unwrap();
+        s.set(
+            SetArgs::new(b("n"), b("x")).expiry(Some(ms(10))),
+            v(3, 0),
+            t0,
+        )
+        .unwrap();
+        s.del(b"a", None).unwrap();
+        s.set(SetArgs::new(b("a"), b("3")), v(4, 0), t0).unwrap();
+        assert_eq!(s.expire_due(t0 + ms(10)).len(), 1);
+        // A condition that fails and a refused write change nothing and record nothing.
+        s.set(
+            SetArgs::new(b("a"), b("4")).condition(SetCondition::NotExists),
+            v(5, 0),
+            t0,
+        )
+        .unwrap();
+        assert_eq!(s.journal().len(), 5);
+        let changes = s.take_journal();
+        assert!(s.journal_is_empty());
+        assert_eq!(changes[0].1.as_ref().unwrap().version, v(1, 0));
+        s.undo(changes);
+        assert!(s.journal_is_empty(), "undo is not journaled");
+        let a = s.get(b"a").unwrap();
+        assert_eq!(
+            (&a.value, &a.version, a.persist),
+            (&b("1"), &v(1, 0), false)
+        );
+        assert!(s.get(b"n").is_none());
+        assert_eq!(s.next_deadline(), None);
+        assert_eq!(s.len(), 1);
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub enum mqstate_service_error {
     MQSTATE_SERVICE_ERROR_MALFORMED_TIMESTAMP = 11,
     /// "the key length is zero"
     MQSTATE_SERVICE_ERROR_KEY_LENGTH_ZERO = 12,
+    /// "the request could not be persisted; the state store's disk is full or failing"
+    /// (`mqstate serve --data-dir`; nothing changed)
+    MQSTATE_SERVICE_ERROR_PERSISTENCE_FAILED = 13,
     /// A text this version does not know (the message holds it verbatim).
     MQSTATE_SERVICE_ERROR_UNKNOWN = 999,
 }
@@ -170,6 +173,7 @@ impl From<&ServiceError> for mqstate_service_error {
             ServiceError::MissingTimestamp => MQSTATE_SERVICE_ERROR_MISSING_TIMESTAMP,
             ServiceError::MalformedTimestamp => MQSTATE_SERVICE_ERROR_MALFORMED_TIMESTAMP,
             ServiceError::KeyLengthZero => MQSTATE_SERVICE_ERROR_KEY_LENGTH_ZERO,
+            ServiceError::PersistenceFailed => MQSTATE_SERVICE_ERROR_PERSISTENCE_FAILED,
             _ => MQSTATE_SERVICE_ERROR_UNKNOWN,
         }
     }

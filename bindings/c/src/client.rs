@@ -15,7 +15,8 @@ use crate::observe::{Observer, join_observers};
 use crate::options::mqstate_connect_options;
 use crate::version::{mqstate_value, mqstate_version};
 
-/// A SET condition (`mqstate_client_set`): one of the `MQSTATE_SET_*` values.
+/// A SET condition (`mqstate_client_set`): one of `MQSTATE_SET_ALWAYS`, `_NX`, `_NEX`,
+/// optionally or-ed with `MQSTATE_SET_PERSIST`.
 #[allow(non_camel_case_types, reason = "C type name")]
 pub type mqstate_set_condition = u32;
 
@@ -26,6 +27,10 @@ pub const MQSTATE_SET_NX: mqstate_set_condition = 1;
 /// `NEX`: set only if the key does not exist or already holds this value (how a lease is
 /// acquired and renewed).
 pub const MQSTATE_SET_NEX: mqstate_set_condition = 2;
+/// A flag to or with the condition: ask the service to persist the key (the request carries
+/// `aio-persistence: true`; `mqstate serve --data-dir DIR --persist requested` keeps only such
+/// keys across a restart).
+pub const MQSTATE_SET_PERSIST: mqstate_set_condition = 0x100;
 
 /// A connected state store client. Thread-safe: every function taking a
 /// `const mqstate_client *` (and `mqstate_client_set_timeout_ms`) may be called from any
@@ -173,9 +178,10 @@ pub unsafe extern "C" fn mqstate_client_get(
 }
 
 /// `SET key value [NX|NEX] [PX expiry_ms]`. `value` may be NULL when `value_len` is 0 (an
-/// empty value). `condition`: an `MQSTATE_SET_*` value. `expiry_ms`: NULL for no expiry, or
-/// a pointer to the expiry in milliseconds, which must be > 0 (0 is
-/// `MQSTATE_INVALID_ARGUMENT`, as in every language; a literal `0` argument is NULL).
+/// empty value). `condition`: `MQSTATE_SET_ALWAYS`, `_NX` or `_NEX`, or-ed with
+/// `MQSTATE_SET_PERSIST` to persist the key. `expiry_ms`: NULL for no expiry, or a pointer to
+/// the expiry in milliseconds, which must be > 0 (0 is `MQSTATE_INVALID_ARGUMENT`, as in every
+/// language; a literal `0` argument is NULL).
 /// `fencing_token`: NULL, or the token protecting the key (docs/protocol.md section 5).
 /// `MQSTATE_OK`: applied, and `*version_out` (if `version_out` is not NULL) is the key's new
 /// version, owned by the caller (`mqstate_version_free`). `MQSTATE_NOT_APPLIED`: the
@@ -198,16 +204,20 @@ pub unsafe extern "C" fn mqstate_client_set(
         let value = unsafe { arg_bytes(value, value_len, "value", true) }?;
         let token = unsafe { fencing_token.as_ref() };
         let out = unsafe { Out::optional(version_out) };
-        let mut options = match condition {
+        let persist = condition & MQSTATE_SET_PERSIST != 0;
+        let mut options = match condition & !MQSTATE_SET_PERSIST {
             MQSTATE_SET_ALWAYS => SetOptions::default(),
             MQSTATE_SET_NX => SetOptions::default().nx(),
             MQSTATE_SET_NEX => SetOptions::default().nex(),
             other => {
                 return Err(FfiError::invalid(format!(
-                    "unknown SET condition {other} (expected MQSTATE_SET_ALWAYS, _NX or _NEX)"
+                    "unknown SET condition {other} (expected MQSTATE_SET_ALWAYS, _NX or _NEX, optionally | MQSTATE_SET_PERSIST)"
                 )));
             }
         };
+        if persist {
+            options = options.persist();
+        }
         // SAFETY: the C contract: NULL or a valid pointer.
         if let Some(&expiry_ms) = unsafe { expiry_ms.as_ref() } {
             options = options.expiry(Duration::from_millis(expiry_ms));

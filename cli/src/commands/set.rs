@@ -47,6 +47,11 @@ pub struct SetArgs {
     #[arg(long, value_name = "TOKEN", value_parser = parse_token)]
     pub fencing_token: Option<Hlc>,
 
+    /// Ask the service to keep the key on disk (sends the `aio-persistence: true` user
+    /// property; `mqstate serve --data-dir DIR --persist requested` keeps only such keys).
+    #[arg(long)]
+    pub persist: bool,
+
     /// Print {"applied", "version"} as one JSON line instead of OK.
     #[arg(long)]
     pub json: bool,
@@ -80,6 +85,9 @@ pub async fn run(args: SetArgs) -> Outcome {
     }
     if let Some(token) = args.fencing_token {
         options = options.fencing_token(token);
+    }
+    if args.persist {
+        options = options.persist();
     }
     let client = args.connect.connect().await?;
     let result = client.set(&key, &value, options).await;

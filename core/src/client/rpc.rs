@@ -26,6 +26,9 @@ use crate::protocol::topics;
 /// The protocol version every request and response carries in `__protVer`.
 pub(crate) const PROTOCOL_VERSION: &str = "1.0";
 
+/// The user property asking the service to persist a SET's key (value `true`).
+pub const PERSISTENCE_PROPERTY: &str = "aio-persistence";
+
 /// Correlation data: 16 bytes, shaped as a version-4 UUID.
 pub(crate) type Correlation = [u8; 16];
 
@@ -205,9 +208,21 @@ impl Shared {
         fencing_token: Option<&Hlc>,
         timeout: Duration,
     ) -> Result<Response, Error> {
+        self.request_with(payload, fencing_token, false, timeout)
+            .await
+    }
+
+    /// [`Shared::request`], with `aio-persistence: true` when `persist` (a SET to persist).
+    pub(crate) async fn request_with(
+        &self,
+        payload: Bytes,
+        fencing_token: Option<&Hlc>,
+        persist: bool,
+        timeout: Duration,
+    ) -> Result<Response, Error> {
         // One timer for the whole call; `connected` tells what the deadline interrupted.
         let connected = std::sync::atomic::AtomicBool::new(false);
-        let call = self.send_and_wait(payload, fencing_token, timeout, &connected);
+        let call = self.send_and_wait(payload, fencing_token, persist, timeout, &connected);
         match tokio::time::timeout(timeout, call).await {
             Ok(result) => result,
             Err(_) if connected.load(Ordering::Relaxed) => Err(Error::Timeout(timeout)),
@@ -221,6 +236,7 @@ impl Shared {
         &self,
         payload: Bytes,
         fencing_token: Option<&Hlc>,
+        persist: bool,
         timeout: Duration,
         connected: &std::sync::atomic::AtomicBool,
     ) -> Result<Response, Error> {
@@ -238,12 +254,16 @@ impl Shared {
             correlation,
         };
         let ts = self.clock.send_update()?;
-        let mut user_properties = Vec::with_capacity(6);
+        let mut user_properties = Vec::with_capacity(7);
         user_properties.push(("__srcId".to_owned(), self.client_id.clone()));
         user_properties.push(("__protVer".to_owned(), PROTOCOL_VERSION.to_owned()));
         user_properties.push(("__ts".to_owned(), ts.to_string()));
         if let Some(token) = fencing_token {
             user_properties.push(("__ft".to_owned(), token.to_string()));
+        }
+        if persist {
+            // Spelled as the official SDKs send it (Rust, Go, .NET): `aio-persistence: true`.
+            user_properties.push((PERSISTENCE_PROPERTY.to_owned(), "true".to_owned()));
         }
         user_properties.push(("$partition".to_owned(), self.client_id.clone()));
         user_properties.push(("$high_priority".to_owned(), String::new()));
@@ -347,7 +367,12 @@ impl Shared {
         let mut buf = BytesMut::new();
         resp3::encode_set(&mut buf, key, value, options.condition, expiry_ms);
         let response = self
-            .request(buf.freeze(), options.fencing_token.as_ref(), timeout)
+            .request_with(
+                buf.freeze(),
+                options.fencing_token.as_ref(),
+                options.persist,
+                timeout,
+            )
             .await?;
         let applied = resp3::decode_set_reply(&response.payload)? == SetReply::Applied;
         Ok(SetOutcome {
@@ -547,6 +572,51 @@ mod tests {
         // The clock merged the response's __ts.
         assert!(s.clock.current() > outcome.version);
         assert_eq!(s.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_persisted_set_carries_aio_persistence_true() {
+        let (s, rec) = shared();
+        let task = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let opts = SetOptions::default().persist();
+                s.set(b"k", b"v", &opts, Duration::from_millis(1500)).await
+            })
+        };
+        sent(&rec, 1).await;
+        let req = rec.sent.lock().unwrap().pop().unwrap();
+        let persistence: Vec<&(String, String)> = req
+            .user_properties
+            .iter()
+            .filter(|(k, _)| k == "aio-persistence")
+            .collect();
+        assert_eq!(
+            persistence,
+            [&("aio-persistence".to_owned(), "true".to_owned())]
+        );
+        task.abort();
+        // A SET without persist, and every other request, carry no such property.
+        let task = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.set(
+                    b"k",
+                    b"v",
+                    &SetOptions::default(),
+                    Duration::from_millis(1500),
+                )
+                .await
+            })
+        };
+        sent(&rec, 1).await;
+        let req = rec.sent.lock().unwrap().pop().unwrap();
+        assert!(
+            req.user_properties
+                .iter()
+                .all(|(k, _)| k != "aio-persistence")
+        );
+        task.abort();
     }
 
     #[tokio::test]

@@ -87,6 +87,11 @@ pub struct SetOptions {
     pub expiry: Option<Duration>,
     /// A fencing token (`__ft`) for a key protected by a lock (docs/protocol.md section 5).
     pub fencing_token: Option<Hlc>,
+    /// Ask the service to keep the key on disk: the request carries the user property
+    /// `aio-persistence: true`, as the official Azure IoT Operations SDKs send it. On Azure IoT
+    /// Operations the broker's state store persistence policy decides what that means; on
+    /// `mqstate serve --data-dir DIR --persist requested` only such keys survive a restart.
+    pub persist: bool,
 }
 
 impl SetOptions {
@@ -137,6 +142,18 @@ impl SetOptions {
     #[must_use]
     pub fn fencing_token(mut self, token: Hlc) -> Self {
         self.fencing_token = Some(token);
+        self
+    }
+
+    /// Ask the service to persist the key (sends `aio-persistence: true`).
+    ///
+    /// ```
+    /// # use mqstate::SetOptions;
+    /// assert!(SetOptions::default().persist().persist);
+    /// ```
+    #[must_use]
+    pub fn persist(mut self) -> Self {
+        self.persist = true;
         self
     }
 }

@@ -258,6 +258,11 @@ service_errors! {
     MalformedTimestamp = "malformed_timestamp", "malformed timestamp";
     /// Empty key.
     KeyLengthZero = "key_length_zero", "the key length is zero";
+    /// The server could not write the request to its disk (disk full, I/O error): nothing
+    /// changed. Sent by `mqstate serve --data-dir`; the real service's text for this case is
+    /// not documented.
+    PersistenceFailed = "persistence_failed",
+        "the request could not be persisted; the state store's disk is full or failing";
 }
 
 impl fmt::Display for ServiceError {

@@ -522,7 +522,13 @@ static void test_conditions_and_vdel(void) {
     CHECK_STATUS(mqstate_client_set(client, key, key_len, b, 8, 7, 0, NULL, NULL),
                  MQSTATE_INVALID_ARGUMENT);
     CHECK_MESSAGE_HAS("unknown SET condition 7");
+    CHECK_STATUS(mqstate_client_set(client, key, key_len, b, 8, 7 | MQSTATE_SET_PERSIST, 0, NULL,
+                                    NULL),
+                 MQSTATE_INVALID_ARGUMENT);
     check_value(client, key, key_len, a, 8, second);
+    /* PERSIST combines with a condition (sent as the aio-persistence user property). */
+    CHECK_OK(mqstate_client_set(client, key, key_len, a, 8, MQSTATE_SET_NEX | MQSTATE_SET_PERSIST,
+                                0, NULL, NULL));
 
     CHECK_STATUS(mqstate_client_vdel(client, key, key_len, b, 8, NULL), MQSTATE_NOT_APPLIED);
     check_value(client, key, key_len, a, 8, NULL);
