@@ -525,6 +525,7 @@ mod tests {
             version: Hlc::new(5, 0, "StateStore"),
             fencing_token: None,
             expires_at,
+            persist: false,
         }
     }
 
