@@ -95,6 +95,17 @@ pub struct ServiceConfig {
     /// embedded broker, where the sender's client id is known for sure); without it such
     /// requests are only dropped and logged.
     pub disconnector: Option<Disconnector>,
+    /// User name and password of the store's own connection (an embedded broker with
+    /// authentication; see [`crate::security`]).
+    pub credentials: Option<(String, String)>,
+    /// Refuse (and, with a [`ServiceConfig::disconnector`], disconnect) a client whose
+    /// response topic is not its own (`clients/{client id}/...`; see
+    /// [`crate::security::owns_topic`]). Needs the broker's trusted client id.
+    pub confine_response_topics: bool,
+    /// TLS to the broker (attach mode; see [`crate::ServerConfig::attach`]).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// A K8S-SAT token for the broker (attach mode).
+    pub sat: Option<bytes::Bytes>,
 }
 
 impl ServiceConfig {
@@ -111,6 +122,10 @@ impl ServiceConfig {
             connect_timeout: Duration::from_secs(10),
             watch_mosquitto_log: false,
             disconnector: None,
+            credentials: None,
+            confine_response_topics: false,
+            tls: None,
+            sat: None,
         }
     }
 }
@@ -161,6 +176,18 @@ impl Service {
             .set_receive_maximum(Some(RECEIVE_MAXIMUM))
             .set_manual_acks(true)
             .set_request_channel_capacity(4096);
+        if let Some((user, password)) = &config.credentials {
+            options.set_credentials(user.clone(), password.clone());
+        }
+        if let Some(token) = &config.sat {
+            options.set_authentication_method(Some("K8S-SAT".to_owned()));
+            options.set_authentication_data(Some(token.clone()));
+        }
+        if let Some(tls) = &config.tls {
+            options.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Rustls(tls.clone()),
+            ));
+        }
         let mut network = options.network_options();
         network.set_tcp_nodelay(true);
         options.set_network_options(network);
@@ -193,6 +220,7 @@ impl Service {
             max_packet_size: limit,
             disconnector: config.disconnector.clone(),
             own_id: config.client_id.clone(),
+            confine_response_topics: config.confine_response_topics,
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {
@@ -395,6 +423,7 @@ struct StoreTask {
     max_packet_size: Arc<AtomicUsize>,
     disconnector: Option<Disconnector>,
     own_id: String,
+    confine_response_topics: bool,
 }
 
 /// The properties of a request, as received.
@@ -540,6 +569,21 @@ impl StoreTask {
                 }
             } else {
                 tracing::warn!(client_id, error = %e, "request with an invalid response topic: not executed, dropped");
+            }
+            return;
+        }
+        if self.confine_response_topics
+            && let Some(id) = props.broker_client_id.as_deref()
+            && id != self.own_id
+            && !crate::security::owns_topic(id, response_topic)
+        {
+            tracing::warn!(
+                client_id = id,
+                response_topic,
+                "request with another client's response topic: not executed; disconnecting the client"
+            );
+            if let Some(disconnector) = &self.disconnector {
+                disconnector.disconnect(id);
             }
             return;
         }

@@ -58,8 +58,9 @@ pub async fn run(args: ElectArgs) -> Outcome {
         .candidate
         .clone()
         .unwrap_or_else(|| client.client_id().to_owned());
-    let election = LeaderElection::new(&client, &name, candidate);
     let what = format!("elect {}", show_key(&name));
+    let election = LeaderElection::new(&client, &name, candidate)
+        .map_err(|e| Failure::from_error(&what, &e))?;
     let events = election.lease().events();
     let wait = args.wait.unwrap_or(FOREVER);
     let elected = tokio::select! {

@@ -54,8 +54,8 @@ pub async fn run(args: LockArgs) -> Outcome {
         .holder
         .clone()
         .unwrap_or_else(|| client.client_id().to_owned());
-    let lease = Lease::new(&client, &name, holder);
     let what = format!("lock {}", show_key(&name));
+    let lease = Lease::new(&client, &name, holder).map_err(|e| Failure::from_error(&what, &e))?;
     let events = lease.events();
     let acquired = tokio::select! {
         acquired = acquire(&lease, args.ttl, args.wait, &what) => acquired,
