@@ -98,8 +98,10 @@ impl Pki {
 }
 
 async fn start(security: SecurityConfig) -> LocalServer {
-    let mut config = ServerConfig::default();
-    config.security = security;
+    let config = ServerConfig {
+        security,
+        ..ServerConfig::default()
+    };
     LocalServer::start_with(config).await.unwrap()
 }
 
@@ -143,10 +145,9 @@ async fn tls_with_the_right_ca_passes_and_with_a_wrong_ca_fails() {
     let mut wrong = good.clone();
     wrong.tls = Some(TlsOptions::default().with_ca_file(pki.path("wrong-ca.pem")));
     wrong.connect_timeout = Duration::from_secs(5);
-    let err = Client::connect(wrong)
-        .await
-        .err()
-        .expect("a wrong CA must fail");
+    let Err(err) = Client::connect(wrong).await else {
+        panic!("a wrong CA must fail")
+    };
     let text = err.to_string();
     assert!(text.to_lowercase().contains("certificate"), "{text}");
     server.shutdown().await;
@@ -466,8 +467,10 @@ async fn a_request_with_another_clients_response_topic_disconnects_its_sender() 
 #[tokio::test]
 async fn a_non_loopback_bind_without_tls_or_authentication_is_refused() {
     let pki = Pki::new();
-    let mut config = ServerConfig::default();
-    config.bind = "0.0.0.0".parse().unwrap();
+    let mut config = ServerConfig {
+        bind: "0.0.0.0".parse().unwrap(),
+        ..ServerConfig::default()
+    };
     let err = LocalServer::start_with(config.clone()).await.unwrap_err();
     assert!(matches!(err, ServerError::Config(_)), "{err}");
     let text = err.to_string();
