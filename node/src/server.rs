@@ -124,13 +124,13 @@ impl LocalServer {
         self.url.clone()
     }
 
-    /// The TLS listener's port (a secured server; else undefined).
+    /// The TLS listener's port (a secured server; else null).
     #[napi(getter)]
     pub fn tls_port(&self) -> Option<u16> {
         self.secured.as_ref().map(|(port, _)| *port)
     }
 
-    /// `mqtts://localhost:TLS_PORT` (a secured server; else undefined).
+    /// `mqtts://localhost:TLS_PORT` (a secured server; else null).
     #[napi(getter)]
     pub fn tls_url(&self) -> Option<String> {
         self.tls_port().map(|p| format!("mqtts://localhost:{p}"))
