@@ -578,3 +578,81 @@ async fn attach_mode_over_tls_with_a_password_to_mosquitto() {
     server.shutdown().await;
     drop(mosquitto);
 }
+
+#[tokio::test]
+async fn the_rule_file_grants_more_to_the_users_it_names() {
+    let pki = Pki::new();
+    set_password(&pki.path("passwd"), "dashboard", PASSWORD).unwrap();
+    std::fs::write(
+        pki.path("rules"),
+        "# a monitoring tool sees every response\nuser:dashboard subscribe clients/#\n\
+         user:dashboard subscribe sensors/#\nclient:sensor- publish sensors/#\n",
+    )
+    .unwrap();
+    let server = start(SecurityConfig {
+        password_file: Some(pki.path("passwd")),
+        rules_file: Some(pki.path("rules")),
+        ..SecurityConfig::default()
+    })
+    .await;
+    let (dash, mut dash_events) = connect_raw(&server, "dash-1", |o| {
+        o.set_credentials("dashboard", PASSWORD);
+    })
+    .await
+    .unwrap();
+    dash.subscribe("clients/#", QoS::AtLeastOnce).await.unwrap();
+    assert!(matches!(
+        suback(&mut dash_events).await,
+        SubscribeReasonCode::Success(_)
+    ));
+    // alice is not named by the rule.
+    let (other, mut other_events) = connect_raw(&server, "other", alice).await.unwrap();
+    other
+        .subscribe("clients/#", QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    assert_eq!(
+        suback(&mut other_events).await,
+        SubscribeReasonCode::NotAuthorized
+    );
+    // The dashboard sees client topics.
+    let (sensor, mut sensor_events) = connect_raw(&server, "sensor-1", alice).await.unwrap();
+    sensor
+        .publish("clients/sensor-1/echo", QoS::AtLeastOnce, false, "hello")
+        .await
+        .unwrap();
+    // (Polling sends it.)
+    let _ = drain(&mut sensor_events, Duration::from_secs(1)).await;
+    let seen = drain(&mut dash_events, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(seen, ["clients/sensor-1/echo"]);
+
+    // A client id prefix rule: sensor-1 may publish under sensors/, "other" may not.
+    dash.subscribe("sensors/#", QoS::AtLeastOnce).await.unwrap();
+    assert!(matches!(
+        suback(&mut dash_events).await,
+        SubscribeReasonCode::Success(_)
+    ));
+    sensor
+        .publish("sensors/1/t", QoS::AtLeastOnce, false, "21.5")
+        .await
+        .unwrap();
+    other
+        .publish("sensors/2/t", QoS::AtLeastOnce, false, "99")
+        .await
+        .unwrap();
+    let _ = drain(&mut sensor_events, Duration::from_secs(1)).await;
+    let _ = drain(&mut other_events, Duration::from_secs(1)).await;
+    let seen = drain(&mut dash_events, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_eq!(seen, ["sensors/1/t"]);
+    server.shutdown().await;
+
+    // A rule file without authentication is a configuration error.
+    let mut config = ServerConfig::default();
+    config.security.rules_file = Some(pki.path("rules"));
+    let err = LocalServer::start_with(config).await.unwrap_err();
+    assert!(err.to_string().contains("needs authentication"), "{err}");
+}
