@@ -65,6 +65,12 @@ export declare class LocalServer {
   get port(): number
   /** `mqtt://host:port`, for `Client.connect`. */
   get url(): string
+  /** The TLS listener's port (a secured server; else null). */
+  get tlsPort(): number | null
+  /** `mqtts://localhost:TLS_PORT` (a secured server; else null). */
+  get tlsUrl(): string | null
+  /** The generated CA certificate (PEM file) clients must trust (a secured server). */
+  get caFile(): string | null
   /**
    * Stops the store and the broker and waits for both (a few seconds at most).
    * Idempotent.
@@ -304,6 +310,13 @@ export interface LocalServerOptions {
   host?: string
   /** Key quota: SETs of new keys beyond it fail with `quota_exceeded` (default: none). */
   maxKeys?: number
+  /**
+   * With `password`: start secured, with a TLS listener (a CA and certificate generated
+   * for the server; see `caFile`, `tlsUrl`) and this one user.
+   */
+  username?: string
+  /** The password of `username`. */
+  password?: string
 }
 
 /** An event of a lease or of an election (`type` says which; the other fields as they apply). */

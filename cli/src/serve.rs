@@ -21,8 +21,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
 
-    /// Attach the store to this existing broker instead of starting the embedded one
-    /// (mqtt://host:port; plain TCP, anonymous). With Mosquitto, add `log_dest topic` to its
+    /// Attach the store to this existing broker instead of starting the embedded one:
+    /// mqtt://host:port, or mqtts://user@host:port?ca_file=CA.pem&password_file=PW
+    /// (also cert_file, key_file, sat_file; the URL form of the client commands' --url). With Mosquitto, add `log_dest topic` to its
     /// configuration so that the store sees disconnects and drops their KEYNOTIFY
     /// registrations.
     #[arg(long, value_name = "URL", conflicts_with_all = ["port", "bind", "max_packet_size"])]
@@ -46,6 +47,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub iothub: crate::iothub::ServeHubArgs,
+
+    #[command(flatten)]
+    pub security: crate::secure::SecurityArgs,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -82,9 +86,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
     config.iothub = args.iothub.to_config();
+    config.security = args.security.to_config();
     if let Some(url) = &args.broker {
-        let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
-        config.broker = BrokerChoice::External { host, port };
+        if url.starts_with("mqtt://") || url.starts_with("mqtts://") {
+            // The core client's URL reader: TLS, credentials and their files.
+            let attach = ServerConfig::attach(url).map_err(|e| e.to_string())?;
+            config.broker = attach.broker;
+            config.attach = attach.attach;
+        } else {
+            let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
+            config.broker = BrokerChoice::External { host, port };
+        }
     }
     let server = LocalServer::start_with(config)
         .await
@@ -94,6 +106,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             url = %server.url(),
             "mqstate serve: embedded MQTT5 broker and state store ready"
         );
+        if let Some(port) = server.tls_port() {
+            tracing::info!(port, "mqstate serve: TLS listener ready");
+        }
     } else {
         tracing::info!(
             url = %server.url(),

@@ -686,7 +686,14 @@ class AsyncLeaderElection:
 class LocalServer:
     """A local state store (embedded MQTT5 broker + store) in this process, on 127.0.0.1."""
 
-    def __new__(cls, *, port: int = 0, max_keys: int | None = None) -> LocalServer: ...
+    def __new__(
+        cls,
+        *,
+        port: int = 0,
+        max_keys: int | None = None,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> LocalServer: ...
     @property
     def host(self) -> str: ...
     @property
@@ -694,6 +701,18 @@ class LocalServer:
     @property
     def url(self) -> str:
         """``mqtt://127.0.0.1:PORT``."""
+
+    @property
+    def tls_port(self) -> int | None:
+        """The TLS listener's port when started with ``username`` and ``password``."""
+
+    @property
+    def tls_url(self) -> str | None:
+        """``mqtts://localhost:TLS_PORT`` when secured."""
+
+    @property
+    def ca_file(self) -> str | None:
+        """The generated CA certificate (PEM) to trust when secured."""
 
     @property
     def running(self) -> bool: ...

@@ -14,6 +14,8 @@
 //! - [`dedup`]: the duplicate-request cache.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//! - [`security`]: TLS, authentication and per-client topic confinement of the embedded
+//!   broker (`docs/security.md`).
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //!
@@ -43,6 +45,7 @@ pub mod iothub;
 mod local_server;
 pub mod mosquitto_log;
 pub mod registrations;
+pub mod security;
 pub mod service;
 pub mod store;
 pub mod testing;
