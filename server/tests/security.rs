@@ -1,6 +1,7 @@
 //! Security of the local server (issue 18): the embedded broker's TLS listener, password and
 //! K8S-SAT authentication, each client confined to its own topics, the refusal of an open
-//! non-loopback bind, and attach mode over TLS with a password to Mosquitto.
+//! non-loopback bind, attach mode over TLS with a password to Mosquitto, and the admission
+//! gate of the embedded broker in front of its access control.
 //!
 //! A CA, a second (wrong) CA, a server certificate and a client certificate are generated
 //! in each test with rcgen.
@@ -188,7 +189,16 @@ async fn connect_raw(
     client_id: &str,
     setup: impl FnOnce(&mut MqttOptions),
 ) -> Result<(AsyncClient, EventLoop), ConnectReturnCode> {
-    let mut options = MqttOptions::new(client_id, "127.0.0.1", server.port());
+    connect_port(server.port(), client_id, setup).await
+}
+
+/// [`connect_raw`] to a plain listener on `127.0.0.1:port`.
+async fn connect_port(
+    port: u16,
+    client_id: &str,
+    setup: impl FnOnce(&mut MqttOptions),
+) -> Result<(AsyncClient, EventLoop), ConnectReturnCode> {
+    let mut options = MqttOptions::new(client_id, "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(30));
     setup(&mut options);
     let (client, mut events) = AsyncClient::new(options, 100);
@@ -655,4 +665,72 @@ async fn the_rule_file_grants_more_to_the_users_it_names() {
     config.security.rules_file = Some(pki.path("rules"));
     let err = LocalServer::start_with(config).await.unwrap_err();
     assert!(err.to_string().contains("needs authentication"), "{err}");
+}
+
+/// The admission gate wraps the access control: while the gate is closed, the store's own
+/// CONNECT (its client id, its internal user) passes at once, a client with good credentials
+/// is held; once the gate opens, the held client is admitted and bad credentials are still
+/// refused.
+#[tokio::test]
+async fn the_admission_gate_holds_clients_then_the_access_control_checks_them() {
+    use mqstate_server::broker::{BrokerSecurity, EmbeddedBroker, EmbeddedBrokerConfig};
+    use mqstate_server::security::{AccessControl, STORE_USER};
+    use std::sync::Arc;
+
+    let pki = Pki::new();
+    let security = SecurityConfig {
+        password_file: Some(pki.path("passwd")),
+        ..SecurityConfig::default()
+    };
+    let store_password = "the store's own secret";
+    let access = AccessControl::load(&security, store_password)
+        .await
+        .unwrap();
+    let broker_security = BrokerSecurity {
+        access: Some(Arc::new(access)),
+        ..BrokerSecurity::default()
+    };
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = EmbeddedBrokerConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        max_packet_size: 1 << 20,
+    };
+    let broker =
+        EmbeddedBroker::start_secured(&config, &broker_security, tx, Some("the-store".into()))
+            .await
+            .unwrap();
+    let port = broker.local_addr().port();
+    let gate = broker.admission_gate().unwrap().clone();
+
+    let held = tokio::spawn(connect_port(port, "alice-early", |o| {
+        o.set_credentials("alice", PASSWORD);
+    }));
+    let store = connect_port(port, "the-store", |o| {
+        o.set_credentials(STORE_USER, store_password);
+    })
+    .await;
+    assert!(store.is_ok(), "the store's CONNECT: {:?}", store.err());
+    // The store got its CONNACK while the gate is closed; alice is still waiting for hers.
+    assert!(!gate.is_open());
+    assert!(
+        !held.is_finished(),
+        "alice was admitted before the gate opened"
+    );
+
+    gate.open();
+    let alice = held.await.unwrap();
+    assert!(
+        alice.is_ok(),
+        "alice after the gate opened: {:?}",
+        alice.err()
+    );
+    let refused = connect_port(port, "wrong", |o| {
+        o.set_credentials("alice", "nope");
+    })
+    .await
+    .err();
+    assert_eq!(refused, Some(ConnectReturnCode::BadUserNamePassword));
+    let refused = connect_port(port, "anonymous", |_| {}).await.err();
+    assert_eq!(refused, Some(ConnectReturnCode::BadUserNamePassword));
+    broker.shutdown().await;
 }
