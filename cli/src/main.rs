@@ -11,6 +11,7 @@ mod duration;
 mod exit;
 mod iothub;
 mod output;
+mod secure;
 mod serve;
 mod signals;
 
@@ -19,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::commands::{bench, completions, del, elect, get, lock, set, watch};
+use crate::commands::{bench, completions, del, elect, get, lock, passwd, set, watch};
 use crate::exit::{Code, Outcome};
 
 /// The exit codes, shown at the end of `mqstate --help`.
@@ -110,6 +111,13 @@ enum Command {
         after_help = "Examples:\n  mqstate iothub device add thermostat\n  mqstate iothub send thermostat '{\"setpoint\": 21}' --ack full\n  mqstate iothub feedback"
     )]
     Iothub(iothub::IotHubArgs),
+
+    /// Add or replace a user in a password file of salted hashes (for serve
+    /// --password-file); the password is read from stdin.
+    #[command(
+        after_help = "Example:\n  printf '%s\\n' \"$PW\" | mqstate passwd /etc/mqstate/passwd alice"
+    )]
+    Passwd(passwd::PasswdArgs),
 }
 
 /// Runs a client subcommand on a fresh runtime.
@@ -185,6 +193,7 @@ fn main() -> ExitCode {
             completions::run(&args, &mut Cli::command());
             Ok(Code::Success)
         }
+        Command::Passwd(args) => passwd::run(&args),
         Command::Get(args) => block_on(get::run(args)),
         Command::Set(args) => block_on(set::run(args)),
         Command::Del(args) => block_on(del::run_del(args)),

@@ -22,8 +22,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
 
-    /// Attach the store to this existing broker instead of starting the embedded one
-    /// (mqtt://host:port; plain TCP, anonymous). With Mosquitto, add `log_dest topic` to its
+    /// Attach the store to this existing broker instead of starting the embedded one:
+    /// mqtt://host:port, or mqtts://user@host:port?ca_file=CA.pem&password_file=PW
+    /// (also cert_file, key_file, sat_file; the URL form of the client commands' --url). With Mosquitto, add `log_dest topic` to its
     /// configuration so that the store sees disconnects and drops their KEYNOTIFY
     /// registrations.
     #[arg(long, value_name = "URL", conflicts_with_all = ["port", "bind", "max_packet_size"])]
@@ -69,6 +70,9 @@ pub struct ServeArgs {
     /// read-only without this flag).
     #[arg(long, conflicts_with = "no_dashboard")]
     pub dashboard_edit: bool,
+
+    #[command(flatten)]
+    pub security: crate::secure::SecurityArgs,
 }
 
 /// The filter used when neither --log nor RUST_LOG is given.
@@ -116,9 +120,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(dir) = &args.data_dir {
         config = config.with_data_dir(dir, args.persist);
     }
+    config.security = args.security.to_config();
     if let Some(url) = &args.broker {
-        let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
-        config.broker = BrokerChoice::External { host, port };
+        if url.starts_with("mqtt://") || url.starts_with("mqtts://") {
+            // The core client's URL reader: TLS, credentials and their files.
+            let attach = ServerConfig::attach(url).map_err(|e| e.to_string())?;
+            config.broker = attach.broker;
+            config.attach = attach.attach;
+        } else {
+            let (host, port) = parse_broker_url(url).map_err(|e| e.to_string())?;
+            config.broker = BrokerChoice::External { host, port };
+        }
     }
     let server = LocalServer::start_with(config)
         .await
@@ -128,6 +140,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             url = %server.url(),
             "mqstate serve: embedded MQTT5 broker and state store ready"
         );
+        if let Some(port) = server.tls_port() {
+            tracing::info!(port, "mqstate serve: TLS listener ready");
+        }
     } else {
         tracing::info!(
             url = %server.url(),

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mqstate::Error;
 use mqstate_server::ServerConfig;
 use mqstate_server::persist::PersistMode;
+use mqstate_server::testing::SecuredFiles;
 use napi::Env;
 use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;
@@ -28,6 +29,11 @@ pub struct LocalServerOptions {
     /// With `dataDir`: `"all"` (every key, the default) or `"requested"` (only keys SET with
     /// `persist: true`).
     pub persist: Option<String>,
+    /// With `password`: start secured, with a TLS listener (a CA and certificate generated
+    /// for the server; see `caFile`, `tlsUrl`) and this one user.
+    pub username: Option<String>,
+    /// The password of `username`.
+    pub password: Option<String>,
 }
 
 /// A running local state store: an embedded MQTT5 broker and the store, in this process.
@@ -40,10 +46,27 @@ pub struct LocalServer {
     host: String,
     port: u16,
     url: String,
+    /// A secured server's TLS port and generated files (the CA must outlive the server).
+    secured: Option<(u16, Arc<SecuredFiles>)>,
 }
 
-fn config(o: LocalServerOptions) -> Result<ServerConfig, Error> {
+fn config(o: LocalServerOptions) -> Result<(ServerConfig, Option<Arc<SecuredFiles>>), Error> {
     let mut config = ServerConfig::default();
+    let files = match (&o.username, &o.password) {
+        (Some(user), Some(password)) => Some(Arc::new(
+            SecuredFiles::generate(user, password)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(Error::InvalidArgument(
+                "username and password go together".into(),
+            ));
+        }
+    };
+    if let Some(files) = &files {
+        config.security = files.security_config();
+    }
     if let Some(port) = o.port {
         config = config.with_port(whole("port", port)?);
     }
@@ -70,7 +93,7 @@ fn config(o: LocalServerOptions) -> Result<ServerConfig, Error> {
         }
         None => {}
     }
-    Ok(config)
+    Ok((config, files))
 }
 
 #[napi]
@@ -81,7 +104,7 @@ impl LocalServer {
         env: &Env,
         options: Option<LocalServerOptions>,
     ) -> napi::Result<PromiseRaw<'_, LocalServer>> {
-        let config = match config(options.unwrap_or_default()) {
+        let (config, files) = match config(options.unwrap_or_default()) {
             Ok(c) => c,
             Err(e) => return rejected(env, e),
         };
@@ -98,6 +121,7 @@ impl LocalServer {
                     host: server.host().to_owned(),
                     port: server.port(),
                     url: server.url(),
+                    secured: server.tls_port().zip(files),
                     server: Arc::new(Mutex::new(Some(server))),
                 })
             },
@@ -120,6 +144,26 @@ impl LocalServer {
     #[napi(getter)]
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// The TLS listener's port (a secured server; else null).
+    #[napi(getter)]
+    pub fn tls_port(&self) -> Option<u16> {
+        self.secured.as_ref().map(|(port, _)| *port)
+    }
+
+    /// `mqtts://localhost:TLS_PORT` (a secured server; else null).
+    #[napi(getter)]
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port().map(|p| format!("mqtts://localhost:{p}"))
+    }
+
+    /// The generated CA certificate (PEM file) clients must trust (a secured server).
+    #[napi(getter)]
+    pub fn ca_file(&self) -> Option<String> {
+        self.secured
+            .as_ref()
+            .map(|(_, f)| f.ca_file().display().to_string())
     }
 
     /// Stops the store and the broker and waits for both (a few seconds at most).

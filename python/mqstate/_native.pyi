@@ -701,9 +701,13 @@ class LocalServer:
         max_keys: int | None = None,
         data_dir: str | os.PathLike[str] | None = None,
         persist: Literal["all", "requested"] = "all",
+        username: str | None = None,
+        password: str | None = None,
     ) -> LocalServer:
         """With ``data_dir``, keys persist there (``persist``: every key, or only those SET
-        with ``persist=True``) and survive a restart on the same directory."""
+        with ``persist=True``) and survive a restart on the same directory. With ``username``
+        and ``password``, the server is secured: TLS (see ``tls_url``, ``ca_file``) and that
+        one user."""
     @property
     def host(self) -> str: ...
     @property
@@ -711,6 +715,18 @@ class LocalServer:
     @property
     def url(self) -> str:
         """``mqtt://127.0.0.1:PORT``."""
+
+    @property
+    def tls_port(self) -> int | None:
+        """The TLS listener's port when started with ``username`` and ``password``."""
+
+    @property
+    def tls_url(self) -> str | None:
+        """``mqtts://localhost:TLS_PORT`` when secured."""
+
+    @property
+    def ca_file(self) -> str | None:
+        """The generated CA certificate (PEM) to trust when secured."""
 
     @property
     def running(self) -> bool: ...

@@ -9,6 +9,7 @@ use pyo3::types::PyTuple;
 
 use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
 use mqstate_server::persist::PersistMode;
+use mqstate_server::testing::SecuredFiles;
 use mqstate_server::{LocalServer as Server, ServerConfig};
 
 use crate::errors;
@@ -22,18 +23,23 @@ pub(crate) struct LocalServer {
     host: String,
     port: u16,
     url: String,
+    /// With `username`/`password`: the TLS port and the generated files (the CA clients
+    /// trust must outlive the server).
+    secured: Option<(u16, SecuredFiles)>,
 }
 
 #[pymethods]
 impl LocalServer {
     #[new]
-    #[pyo3(signature = (*, port = 0, max_keys = None, data_dir = None, persist = "all"))]
+    #[pyo3(signature = (*, port = 0, max_keys = None, data_dir = None, persist = "all", username = None, password = None))]
     fn new(
         py: Python<'_>,
         port: u16,
         max_keys: Option<usize>,
         data_dir: Option<std::path::PathBuf>,
         persist: &str,
+        username: Option<String>,
+        password: Option<String>,
     ) -> PyResult<Self> {
         let mode = persist
             .parse::<PersistMode>()
@@ -43,6 +49,23 @@ impl LocalServer {
             .with_max_keys(max_keys);
         if let Some(dir) = data_dir {
             config = config.with_data_dir(dir, mode);
+        }
+        // Secured: a TLS listener with a generated CA and certificate, and this one user.
+        let files = match (&username, &password) {
+            (Some(user), Some(password)) => Some(
+                SecuredFiles::generate(user, password)
+                    .map_err(|e| errors::invalid_argument(py, e.to_string()))?,
+            ),
+            (None, None) => None,
+            _ => {
+                return Err(errors::invalid_argument(
+                    py,
+                    "username and password go together",
+                ));
+            }
+        };
+        if let Some(files) = &files {
+            config.security = files.security_config();
         }
         let server = wait(py, async move {
             // Spawned so that the server's tasks start from a runtime worker.
@@ -64,6 +87,7 @@ impl LocalServer {
             host: server.host().to_owned(),
             port: server.port(),
             url: server.url(),
+            secured: server.tls_port().zip(files),
             server: Mutex::new(Some(server)),
         })
     }
@@ -82,6 +106,26 @@ impl LocalServer {
     #[getter]
     fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The TLS listener's port (secured servers only, else None).
+    #[getter]
+    fn tls_port(&self) -> Option<u16> {
+        self.secured.as_ref().map(|(port, _)| *port)
+    }
+
+    /// `mqtts://localhost:TLS_PORT` (secured servers only, else None).
+    #[getter]
+    fn tls_url(&self) -> Option<String> {
+        self.tls_port().map(|p| format!("mqtts://localhost:{p}"))
+    }
+
+    /// The generated CA certificate (PEM file) clients must trust (secured servers only).
+    #[getter]
+    fn ca_file(&self) -> Option<String> {
+        self.secured
+            .as_ref()
+            .map(|(_, f)| f.ca_file().display().to_string())
     }
 
     /// Whether the server is running (not stopped yet).

@@ -3,8 +3,9 @@
 //!
 //! Configuration: in-memory storage with persistence on (sessions survive a reconnect, so a
 //! client connecting with clean start off gets "session present"), `$SYS` topics off, a
-//! configurable maximum packet size, anonymous access. Connects and disconnects are reported
-//! on a channel ([`BrokerEvent`]) so that the state store can drop the KEYNOTIFY
+//! configurable maximum packet size, anonymous access unless [`BrokerSecurity`] brings access
+//! control (which the admission gate of [`crate::admission`] then wraps). Connects and
+//! disconnects are reported on a channel ([`BrokerEvent`]) so that the state store can drop the KEYNOTIFY
 //! registrations of clients that went away.
 //!
 //! The broker adds a user property `x-mqtt-client-id` (the sender's real client id, replacing
@@ -50,6 +51,15 @@ pub struct EmbeddedBrokerConfig {
     pub max_packet_size: usize,
 }
 
+/// TLS and access control of the embedded broker (default: neither).
+#[derive(Debug, Clone, Default)]
+pub struct BrokerSecurity {
+    /// A TLS listener with these settings, on this address.
+    pub tls: Option<(crate::security::TlsSettings, SocketAddr)>,
+    /// Authentication and authorization of every client.
+    pub access: Option<Arc<crate::security::AccessControl>>,
+}
+
 /// Closes a client's connection on the embedded broker (its session survives; the broker
 /// sends no DISCONNECT packet, the TCP connection just ends).
 #[derive(Clone)]
@@ -78,6 +88,7 @@ impl Disconnector {
 /// A running embedded broker; dropping it stops it.
 pub struct EmbeddedBroker {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     router: Arc<MessageRouter>,
     shutdown: Option<mqtt5::broker::server::BrokerShutdownHandle>,
     task: Option<JoinHandle<()>>,
@@ -88,6 +99,7 @@ impl std::fmt::Debug for EmbeddedBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddedBroker")
             .field("addr", &self.addr)
+            .field("tls_addr", &self.tls_addr)
             .field("running", &self.shutdown.is_some())
             .finish()
     }
@@ -127,7 +139,7 @@ impl EmbeddedBroker {
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
     ) -> Result<EmbeddedBroker, ServerError> {
-        EmbeddedBroker::start_gated_with_sessions(config, events, None, None).await
+        EmbeddedBroker::start_secured(config, &BrokerSecurity::default(), events, None).await
     }
 
     /// Like [`EmbeddedBroker::start`]; with `store_client_id`, every other client's CONNECT is
@@ -138,25 +150,43 @@ impl EmbeddedBroker {
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
     ) -> Result<EmbeddedBroker, ServerError> {
-        EmbeddedBroker::start_gated_with_sessions(config, events, store_client_id, None).await
+        EmbeddedBroker::start_secured(config, &BrokerSecurity::default(), events, store_client_id)
+            .await
     }
 
     /// [`EmbeddedBroker::start`], keeping sessions (subscriptions, queued and in-flight QoS 1
-    /// messages, retained messages) in files under `session_dir` when given, so that clients
-    /// with clean start off find their session after a server restart. The `mqtt5` file
-    /// backend locks the directory and group-commits session changes to a log.
+    /// messages, retained messages) in files under `session_dir`, so that clients with clean
+    /// start off find their session after a server restart. The `mqtt5` file backend locks
+    /// the directory and group-commits session changes to a log.
     pub async fn start_with_sessions(
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
         session_dir: Option<&std::path::Path>,
     ) -> Result<EmbeddedBroker, ServerError> {
-        EmbeddedBroker::start_gated_with_sessions(config, events, None, session_dir).await
+        let security = BrokerSecurity::default();
+        EmbeddedBroker::start_full(config, &security, events, None, session_dir).await
     }
 
-    /// Both: the admission gate of [`EmbeddedBroker::start_gated`] and the session dir of
-    /// [`EmbeddedBroker::start_with_sessions`] (what `mqstate serve --data-dir` runs).
-    pub async fn start_gated_with_sessions(
+    /// [`EmbeddedBroker::start_gated`] with a TLS listener and/or access control (see
+    /// [`crate::security`]). The admission gate wraps the access control: a held client is
+    /// authenticated once the gate opens, and the store's own CONNECT passes the gate at once
+    /// (it still authenticates, with its own credentials).
+    pub async fn start_secured(
         config: &EmbeddedBrokerConfig,
+        security: &BrokerSecurity,
+        events: mpsc::UnboundedSender<BrokerEvent>,
+        store_client_id: Option<String>,
+    ) -> Result<EmbeddedBroker, ServerError> {
+        EmbeddedBroker::start_full(config, security, events, store_client_id, None).await
+    }
+
+    /// Everything at once (what `mqstate serve` runs): security as in
+    /// [`EmbeddedBroker::start_secured`], the admission gate as in
+    /// [`EmbeddedBroker::start_gated`] and the session dir of
+    /// [`EmbeddedBroker::start_with_sessions`] (`--data-dir`).
+    pub async fn start_full(
+        config: &EmbeddedBrokerConfig,
+        security: &BrokerSecurity,
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
         session_dir: Option<&std::path::Path>,
@@ -176,24 +206,33 @@ impl EmbeddedBroker {
                 config.max_packet_size.saturating_mul(8).max(64 << 20),
             )
             .with_cleanup_interval(Duration::from_secs(60));
-        let broker_config = BrokerConfig::default()
+        let mut broker_config = BrokerConfig::default()
             .with_bind_addresses(vec![config.bind])
             .with_max_packet_size(config.max_packet_size)
             .with_storage(storage)
             .with_sys_topics_enabled(false)
             .with_event_handler(Arc::new(EventForwarder { events }));
+        if let Some((tls, addr)) = &security.tls {
+            broker_config = broker_config.with_tls(crate::security::broker_tls_config(tls, *addr));
+        }
         let mut broker = MqttBroker::with_config(broker_config).await.map_err(|e| {
             let sessions = session_dir
                 .map(|d| format!(" (sessions in {})", d.display()))
                 .unwrap_or_default();
             ServerError::Broker(format!("cannot start on {}{sessions}: {e}", config.bind))
         })?;
+        if let Some(access) = &security.access {
+            broker = broker.with_auth_provider(access.clone());
+        }
+        // The gate wraps whichever provider is in place now: the access control, or the
+        // broker's default (anonymous) one.
         let mut gate = None;
         if let Some(store) = store_client_id {
             let (gated, opener) = GatedAuth::new(broker.auth_provider(), store);
             broker = broker.with_auth_provider(Arc::new(gated));
             gate = Some(opener);
         }
+        let tls_addr = broker.tls_local_addr();
         let addr = broker
             .local_addr()
             .ok_or_else(|| ServerError::Broker("the broker has no listening address".into()))?;
@@ -224,8 +263,12 @@ impl EmbeddedBroker {
             }
         }
         tracing::info!(%addr, "embedded MQTT5 broker listening");
+        if let Some(tls_addr) = tls_addr {
+            tracing::info!(%tls_addr, "embedded MQTT5 broker listening (TLS)");
+        }
         Ok(EmbeddedBroker {
             addr,
+            tls_addr,
             router,
             shutdown: Some(shutdown),
             task: Some(task),
@@ -249,6 +292,11 @@ impl EmbeddedBroker {
     /// The address the broker listens on (with the actual port).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the TLS listener, when there is one.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// Stops the broker and waits (a few seconds at most) for it to finish.

@@ -15,6 +15,8 @@
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
+//! - [`security`]: TLS, authentication and per-client topic confinement of the embedded
+//!   broker (`docs/security.md`).
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //! - [`persist`]: the data dir (`--data-dir`): keys on disk in redb, group commit, restore.
@@ -47,6 +49,7 @@ mod local_server;
 pub mod mosquitto_log;
 pub mod persist;
 pub mod registrations;
+pub mod security;
 pub mod service;
 pub mod store;
 pub mod testing;

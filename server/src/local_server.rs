@@ -8,11 +8,12 @@ use std::time::Duration;
 use mqstate::hlc::{DEFAULT_MAX_DRIFT, WallClock};
 use tokio::sync::mpsc;
 
-use crate::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
+use crate::broker::{BrokerSecurity, EmbeddedBroker, EmbeddedBrokerConfig};
 use crate::dedup::DedupLimits;
 use crate::error::ServerError;
 use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
 use crate::persist::{PersistMode, Persistence};
+use crate::security::{AccessControl, SecurityConfig};
 use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
@@ -73,6 +74,13 @@ pub struct ServerConfig {
     pub data_dir: Option<std::path::PathBuf>,
     /// Which keys a data dir keeps: every key (default) or those SET with `persist`.
     pub persist_mode: PersistMode,
+    /// TLS, authentication and authorization of the embedded broker (default: none; see
+    /// [`crate::security`]). A non-loopback [`ServerConfig::bind`] needs TLS and
+    /// authentication unless [`SecurityConfig::insecure`] is set.
+    pub security: SecurityConfig,
+    /// With an external broker: how the store connects to it (TLS, user name and password,
+    /// K8S-SAT), as the core client's options; see [`ServerConfig::attach`].
+    pub attach: Option<mqstate::ConnectOptions>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -93,6 +101,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("dashboard", &self.dashboard)
             .field("data_dir", &self.data_dir)
             .field("persist_mode", &self.persist_mode)
+            .field("security", &self.security)
+            .field("attach", &self.attach)
             .finish()
     }
 }
@@ -115,6 +125,8 @@ impl Default for ServerConfig {
             dashboard: None,
             data_dir: None,
             persist_mode: PersistMode::All,
+            security: SecurityConfig::default(),
+            attach: None,
         }
     }
 }
@@ -139,6 +151,33 @@ impl ServerConfig {
         let (host, port) = parse_broker_url(url)?;
         Ok(ServerConfig {
             broker: BrokerChoice::External { host, port },
+            ..ServerConfig::default()
+        })
+    }
+
+    /// Attach to the external broker at `url`, read by the core client's
+    /// [`mqstate::ConnectOptions::from_url`]: `mqtt://` or `mqtts://`, `user:password@`, and
+    /// the query parameters `ca_file`, `cert_file`, `key_file`, `password_file`, `sat_file`.
+    /// The options' other fields can be set before starting ([`ServerConfig::attach`] field).
+    ///
+    /// ```
+    /// use mqstate_server::{BrokerChoice, ServerConfig};
+    ///
+    /// let c = ServerConfig::attach("mqtts://store@broker:8883?ca_file=/etc/ca.pem").unwrap();
+    /// assert_eq!(c.broker, BrokerChoice::External { host: "broker".into(), port: 8883 });
+    /// let o = c.attach.unwrap();
+    /// assert_eq!(o.username.as_deref(), Some("store"));
+    /// assert!(o.tls.is_some());
+    /// ```
+    pub fn attach(url: &str) -> Result<Self, ServerError> {
+        let options = mqstate::ConnectOptions::from_url(url)
+            .map_err(|e| ServerError::Config(format!("broker URL {url:?}: {e}")))?;
+        Ok(ServerConfig {
+            broker: BrokerChoice::External {
+                host: options.host.clone(),
+                port: options.port,
+            },
+            attach: Some(options),
             ..ServerConfig::default()
         })
     }
@@ -275,6 +314,7 @@ pub fn parse_broker_url(url: &str) -> Result<(String, u16), ServerError> {
 pub struct LocalServer {
     host: String,
     port: u16,
+    tls_port: Option<u16>,
     broker: Option<EmbeddedBroker>,
     service: Option<Service>,
     iothub: Option<crate::iothub::IotHubServer>,
@@ -310,16 +350,43 @@ impl LocalServer {
             Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
             None => None,
         };
+        if let Some(hub) = &config.iothub {
+            config.security.check_iothub_bind(hub)?;
+        }
+        let mut store_credentials = None;
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
+                let security = &config.security;
+                security.check_bind(config.bind)?;
+                let mut broker_security = BrokerSecurity::default();
+                // With TLS, the plain listener stays on loopback (the store connects there).
+                let plain_ip = match &security.tls {
+                    Some(tls) => {
+                        broker_security.tls =
+                            Some((tls.clone(), SocketAddr::new(config.bind, tls.port)));
+                        IpAddr::V4(Ipv4Addr::LOCALHOST)
+                    }
+                    None => config.bind,
+                };
+                if security.authenticates() {
+                    let password = crate::security::random_password()?;
+                    let access = AccessControl::load(security, &password).await?;
+                    broker_security.access = Some(Arc::new(access));
+                    store_credentials = Some((crate::security::STORE_USER.to_owned(), password));
+                } else if security.rules_file.is_some() {
+                    return Err(ServerError::Config(
+                        "a rule file needs authentication (a password file or a SAT file)".into(),
+                    ));
+                }
                 let (tx, rx) = mpsc::unbounded_channel();
                 let broker_config = EmbeddedBrokerConfig {
-                    bind: SocketAddr::new(config.bind, config.port),
+                    bind: SocketAddr::new(plain_ip, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
                 let sessions = persistence.as_ref().map(Persistence::broker_dir);
-                let broker = EmbeddedBroker::start_gated_with_sessions(
+                let broker = EmbeddedBroker::start_full(
                     &broker_config,
+                    &broker_security,
                     tx,
                     Some(service_config.client_id.clone()),
                     sessions.as_deref(),
@@ -358,6 +425,15 @@ impl LocalServer {
         service_config.connect_timeout = config.connect_timeout;
         service_config.trust_broker_client_id = embedded;
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
+        service_config.confine_response_topics = store_credentials.is_some();
+        service_config.credentials = store_credentials;
+        if let (false, Some(attach)) = (embedded, &config.attach) {
+            apply_attach_options(&mut service_config, attach)?;
+        }
+        let tls_port = broker
+            .as_ref()
+            .and_then(EmbeddedBroker::tls_local_addr)
+            .map(|a| a.port());
         service_config.watch_mosquitto_log = !embedded;
         service_config.persistence = persistence;
         let service = match Service::start(service_config, events).await {
@@ -416,6 +492,7 @@ impl LocalServer {
         Ok(LocalServer {
             host,
             port,
+            tls_port,
             broker,
             service: Some(service),
             iothub,
@@ -447,6 +524,11 @@ impl LocalServer {
     /// The broker's actual port (the one the OS chose when the configured port was 0).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port of the embedded broker's TLS listener, when [`SecurityConfig::tls`] is set.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// `mqtt://host:port`.
@@ -510,6 +592,27 @@ impl LocalServer {
         }
         tracing::info!(port = self.port, "local state store stopped");
     }
+}
+
+/// The store's connection to an external broker from the core client's options: TLS (the
+/// core builds the rustls configuration), user name and password (or password file), SAT.
+fn apply_attach_options(
+    service: &mut ServiceConfig,
+    options: &mqstate::ConnectOptions,
+) -> Result<(), ServerError> {
+    let client = |e: mqstate::Error| ServerError::Config(format!("attaching to the broker: {e}"));
+    if let Some(tls) = &options.tls {
+        service.tls = Some(tls.client_config().map_err(client)?);
+    }
+    if let Some(user) = &options.username {
+        let password = options.current_password().map_err(client)?;
+        service.credentials = Some((user.clone(), password.unwrap_or_default()));
+    }
+    service.sat = options.current_sat().map_err(client)?;
+    if let Some(id) = &options.client_id {
+        service.client_id.clone_from(id);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

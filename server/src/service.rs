@@ -109,6 +109,17 @@ pub struct ServiceConfig {
     pub session_expiry: Duration,
     /// The data dir: keys persisted, answers sent once durable (see [`persist`]).
     pub persistence: Option<Persistence>,
+    /// User name and password of the store's own connection (an embedded broker with
+    /// authentication; see [`crate::security`]).
+    pub credentials: Option<(String, String)>,
+    /// Refuse (and, with a [`ServiceConfig::disconnector`], disconnect) a client whose
+    /// response topic is not its own (`clients/{client id}/...`; see
+    /// [`crate::security::owns_topic`]). Needs the broker's trusted client id.
+    pub confine_response_topics: bool,
+    /// TLS to the broker (attach mode; see [`crate::ServerConfig::attach`]).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// A K8S-SAT token for the broker (attach mode).
+    pub sat: Option<bytes::Bytes>,
 }
 
 impl ServiceConfig {
@@ -128,6 +139,10 @@ impl ServiceConfig {
             instance_id: new_instance_id(),
             session_expiry: DEFAULT_SESSION_EXPIRY,
             persistence: None,
+            credentials: None,
+            confine_response_topics: false,
+            tls: None,
+            sat: None,
         }
     }
 }
@@ -190,6 +205,18 @@ impl Service {
             .set_receive_maximum(Some(RECEIVE_MAXIMUM))
             .set_manual_acks(true)
             .set_request_channel_capacity(4096);
+        if let Some((user, password)) = &config.credentials {
+            options.set_credentials(user.clone(), password.clone());
+        }
+        if let Some(token) = &config.sat {
+            options.set_authentication_method(Some("K8S-SAT".to_owned()));
+            options.set_authentication_data(Some(token.clone()));
+        }
+        if let Some(tls) = &config.tls {
+            options.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Rustls(tls.clone()),
+            ));
+        }
         let mut network = options.network_options();
         network.set_tcp_nodelay(true);
         options.set_network_options(network);
@@ -226,6 +253,7 @@ impl Service {
             instance_id: config.instance_id.clone(),
             persistence: config.persistence.clone(),
             outbox: Vec::new(),
+            confine_response_topics: config.confine_response_topics,
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {
@@ -449,6 +477,7 @@ struct StoreTask {
     disconnector: Option<Disconnector>,
     own_id: String,
     instance_id: String,
+    confine_response_topics: bool,
     /// The data dir, if any.
     persistence: Option<Persistence>,
     /// What waits for the group commit in progress (see [`persist`]), in order.
@@ -725,6 +754,21 @@ impl StoreTask {
                 }
             } else {
                 tracing::warn!(client_id, error = %e, "request with an invalid response topic: not executed, dropped");
+            }
+            return;
+        }
+        if self.confine_response_topics
+            && let Some(id) = props.broker_client_id.as_deref()
+            && id != self.own_id
+            && !crate::security::owns_topic(id, response_topic)
+        {
+            tracing::warn!(
+                client_id = id,
+                response_topic,
+                "request with another client's response topic: not executed; disconnecting the client"
+            );
+            if let Some(disconnector) = &self.disconnector {
+                disconnector.disconnect(id);
             }
             return;
         }

@@ -94,10 +94,21 @@ impl Mosquitto {
     /// Starts Mosquitto and waits (up to 10 s) until it accepts connections. Retries with
     /// another port if the chosen one was taken in the meantime.
     pub fn start() -> Result<Mosquitto, ServerError> {
+        Mosquitto::start_with_extra_config(|_| String::new())
+    }
+
+    /// Like [`Mosquitto::start`], with configuration lines appended (a second listener with
+    /// TLS, a password file...). `extra` gets the directory the configuration lives in (a
+    /// temporary directory that lasts as long as the process; it is made readable by the
+    /// `mosquitto` user, to whom Mosquitto drops when started as root). Settings in `extra`
+    /// override the defaults above them (`allow_anonymous false`...).
+    pub fn start_with_extra_config(
+        extra: impl Fn(&Path) -> String,
+    ) -> Result<Mosquitto, ServerError> {
         let binary = find_mosquitto()?;
         let mut last_error = None;
         for _ in 0..3 {
-            match Mosquitto::start_once(&binary, false) {
+            match Mosquitto::start_once(&binary, false, &extra) {
                 Ok(m) => return Ok(m),
                 Err(e) => last_error = Some(e),
             }
@@ -113,7 +124,7 @@ impl Mosquitto {
         let binary = find_mosquitto()?;
         let mut last_error = None;
         for _ in 0..3 {
-            match Mosquitto::start_once(&binary, true) {
+            match Mosquitto::start_once(&binary, true, &|_| String::new()) {
                 Ok(m) => return Ok(m),
                 Err(e) => last_error = Some(e),
             }
@@ -158,7 +169,11 @@ impl Mosquitto {
         }
     }
 
-    fn start_once(binary: &Path, persistent: bool) -> Result<Mosquitto, ServerError> {
+    fn start_once(
+        binary: &Path,
+        persistent: bool,
+        extra: &dyn Fn(&Path) -> String,
+    ) -> Result<Mosquitto, ServerError> {
         let port = free_port()?;
         let dir = tempfile::Builder::new()
             .prefix("mqstate-mosquitto-")
@@ -167,14 +182,6 @@ impl Mosquitto {
         let config_path = dir.path().join("mosquitto.conf");
         let log_path = dir.path().join("mosquitto.log");
         let persistence = if persistent {
-            // Mosquitto started as root drops to the `mosquitto` user: the database must be
-            // writable by it.
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
-                    .map_err(|e| ServerError::io("making the persistence directory writable", e))?;
-            }
             format!(
                 "persistence true\npersistence_location {}/\n",
                 dir.path().display()
@@ -194,8 +201,17 @@ impl Mosquitto {
              log_dest topic\n\
              log_type error\n\
              log_type warning\n\
-             log_type notice\n"
+             log_type notice\n{}",
+            extra(dir.path())
         );
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            // Readable by the user Mosquitto drops to (files that `extra` put there too);
+            // with persistence, its database there must be writable by that user too.
+            let mode = if persistent { 0o777 } else { 0o755 };
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode))
+                .map_err(|e| ServerError::io("making the Mosquitto directory readable", e))?;
+        }
         std::fs::write(&config_path, config)
             .map_err(|e| ServerError::io("writing mosquitto.conf", e))?;
         let log = std::fs::File::create(&log_path)
@@ -408,5 +424,75 @@ impl TestStore {
     pub async fn shutdown(mut self) {
         self.stop_store().await;
         drop(self.mosquitto.take());
+    }
+}
+
+/// Files for a secured local server in tests: a CA, a server certificate for `localhost`
+/// and `127.0.0.1` signed by it (rcgen), and a password file with one user. The bindings'
+/// test helpers use it to start a server with TLS and a user name and password.
+///
+/// ```
+/// use mqstate_server::testing::SecuredFiles;
+///
+/// let files = SecuredFiles::generate("alice", "s3cret").unwrap();
+/// let security = files.security_config();
+/// assert!(security.tls.is_some() && security.authenticates());
+/// assert!(files.ca_file().exists());
+/// ```
+#[derive(Debug)]
+pub struct SecuredFiles {
+    dir: tempfile::TempDir,
+}
+
+impl SecuredFiles {
+    /// Generates the CA, the server certificate and the password file in a temporary
+    /// directory (removed on drop).
+    pub fn generate(user: &str, password: &str) -> Result<SecuredFiles, ServerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("mqstate-secured-")
+            .tempdir()
+            .map_err(|e| ServerError::io("creating a temporary directory", e))?;
+        let gen_err =
+            |e: rcgen::Error| ServerError::Config(format!("generating certificates: {e}"));
+        let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "mqstate test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).map_err(gen_err)?;
+        let key = rcgen::KeyPair::generate().map_err(gen_err)?;
+        let cert =
+            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .and_then(|p| p.signed_by(&key, &*ca))
+                .map_err(gen_err)?;
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.path().join(name), text)
+                .map_err(|e| ServerError::io(format!("writing {name}"), e))
+        };
+        write("ca.pem", ca.pem())?;
+        write("server.pem", cert.pem())?;
+        write("server.key", key.serialize_pem())?;
+        crate::security::set_password(&dir.path().join("passwd"), user, password)?;
+        Ok(SecuredFiles { dir })
+    }
+
+    /// The CA certificate (PEM) clients must trust.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// TLS on a free port with the generated certificate, and the password file.
+    pub fn security_config(&self) -> crate::security::SecurityConfig {
+        crate::security::SecurityConfig {
+            tls: Some(crate::security::TlsSettings {
+                cert: self.dir.path().join("server.pem"),
+                key: self.dir.path().join("server.key"),
+                client_ca: None,
+                port: 0,
+            }),
+            password_file: Some(self.dir.path().join("passwd")),
+            ..crate::security::SecurityConfig::default()
+        }
     }
 }

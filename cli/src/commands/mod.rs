@@ -7,6 +7,7 @@ pub mod del;
 pub mod elect;
 pub mod get;
 pub mod lock;
+pub mod passwd;
 pub mod set;
 mod supervise;
 pub mod watch;

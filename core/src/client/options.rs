@@ -743,7 +743,7 @@ impl ConnectOptions {
 
     /// The password to send now: the file's content if a password file is set (read at every
     /// connection, so rotated secrets are picked up), else `password`.
-    pub(crate) fn current_password(&self) -> Result<Option<String>, Error> {
+    pub fn current_password(&self) -> Result<Option<String>, Error> {
         match &self.password_file {
             Some(path) => std::fs::read_to_string(path)
                 .map(Some)
@@ -753,7 +753,7 @@ impl ConnectOptions {
     }
 
     /// The SAT token to send now (read at every connection: tokens rotate).
-    pub(crate) fn current_sat(&self) -> Result<Option<Bytes>, Error> {
+    pub fn current_sat(&self) -> Result<Option<Bytes>, Error> {
         match &self.sat_file {
             Some(path) => std::fs::read(path)
                 .map(|t| Some(Bytes::from(t)))

@@ -80,7 +80,7 @@ impl TlsOptions {
 
     /// Builds the rustls configuration, reading the files now. Errors name the file and say
     /// what was wrong with it.
-    pub(crate) fn client_config(&self) -> Result<Arc<ClientConfig>, Error> {
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         match &self.ca_file {

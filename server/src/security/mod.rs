@@ -1,0 +1,141 @@
+//! Security of the embedded broker: a TLS listener, authentication (a password file of
+//! salted argon2 hashes, K8S-SAT tokens from a file of accepted tokens) and authorization
+//! (each client confined to the request topic and its own `clients/{client id}/...` topics,
+//! plus a rule file). See `docs/security.md` for the threat model.
+//!
+//! The `mqtt5` broker does the TLS (its own listener, optional client certificates) and calls
+//! an [`mqtt5::broker::AuthProvider`] for every CONNECT, PUBLISH and SUBSCRIBE; this module
+//! supplies that provider ([`AccessControl`]) and the files it reads.
+//!
+//! ```
+//! use mqstate_server::security::SecurityConfig;
+//!
+//! // The default: no TLS, anonymous, unconfined (fine on loopback only).
+//! let s = SecurityConfig::default();
+//! assert!(!s.authenticates());
+//! assert!(s.check_bind("127.0.0.1".parse().unwrap()).is_ok());
+//! assert!(s.check_bind("0.0.0.0".parse().unwrap()).is_err());
+//! ```
+
+mod passwd;
+mod provider;
+mod rules;
+mod tokens;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+pub use passwd::{hash_password, set_password};
+pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};
+pub use rules::{Access, Rule, RuleSet, Subject};
+pub use tokens::TokenSet;
+
+use crate::error::ServerError;
+
+/// The embedded broker's TLS listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// The server's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The server's private key (PEM).
+    pub key: PathBuf,
+    /// CA certificates (PEM) that client certificates must chain to; when set, a client
+    /// without a valid certificate is refused during the TLS handshake.
+    pub client_ca: Option<PathBuf>,
+    /// Port of the TLS listener (0: a free port; see `LocalServer::tls_port`).
+    pub port: u16,
+}
+
+/// How the embedded broker is secured. The default is open: no TLS, anonymous, unconfined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityConfig {
+    /// A TLS listener on the configured bind address; the plain listener then moves to
+    /// 127.0.0.1 (the store itself connects there).
+    pub tls: Option<TlsSettings>,
+    /// `user:argon2-hash` lines (written by `mqstate passwd`); when set, clients must give a
+    /// user name and password (or a K8S-SAT token).
+    pub password_file: Option<PathBuf>,
+    /// Accepted K8S-SAT tokens, one per line (optionally followed by a user name); when set,
+    /// clients may authenticate with the `K8S-SAT` enhanced authentication method.
+    pub sat_file: Option<PathBuf>,
+    /// Extra permissions beyond the client's own topics (see [`RuleSet`]).
+    pub rules_file: Option<PathBuf>,
+    /// Allow a non-loopback bind without TLS or without authentication.
+    pub insecure: bool,
+}
+
+impl SecurityConfig {
+    /// Whether clients must authenticate (a password file or a SAT file is set). Clients are
+    /// then also confined to their own topics.
+    pub fn authenticates(&self) -> bool {
+        self.password_file.is_some() || self.sat_file.is_some()
+    }
+
+    /// Refuses a non-loopback `bind` unless there is TLS and authentication, or `insecure`.
+    pub fn check_bind(&self, bind: IpAddr) -> Result<(), ServerError> {
+        if bind.is_loopback() || self.insecure {
+            return Ok(());
+        }
+        let mut missing = Vec::new();
+        if self.tls.is_none() {
+            missing.push("TLS (--tls-cert/--tls-key)");
+        }
+        if !self.authenticates() {
+            missing.push("authentication (--password-file or --sat-file)");
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(ServerError::Config(format!(
+            "refusing to listen on {bind} without {}: anyone on the network could read and \
+             change every key and read other clients' responses; add them, or pass --insecure \
+             to accept that",
+            missing.join(" and ")
+        )))
+    }
+}
+
+/// The `mqtt5` broker's TLS settings for a listener on `addr`.
+pub(crate) fn broker_tls_config(
+    tls: &TlsSettings,
+    addr: std::net::SocketAddr,
+) -> mqtt5::broker::config::TlsConfig {
+    let mut config = mqtt5::broker::config::TlsConfig::new(tls.cert.clone(), tls.key.clone())
+        .with_bind_address(addr);
+    if let Some(ca) = &tls.client_ca {
+        config = config
+            .with_ca_file(ca.clone())
+            .with_require_client_cert(true);
+    }
+    config
+}
+
+/// A random password for the store's own connection (32 bytes from the OS, base64).
+pub(crate) fn random_password() -> Result<String, ServerError> {
+    use base64::Engine as _;
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| {
+            ServerError::Config("no randomness from the OS for the store's password".into())
+        })?;
+    Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes))
+}
+
+impl SecurityConfig {
+    /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its HTTP admin
+    /// API has no authentication (anyone reaching it can register devices and send them
+    /// messages), even when its device endpoint has TLS and checks SAS tokens.
+    pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
+        if hub.bind.is_loopback() || self.insecure {
+            return Ok(());
+        }
+        Err(ServerError::Config(format!(
+            "refusing to run the local IoT Hub on {}: its admin API has no authentication, so \
+             anyone on the network could register devices and send them messages; bind it to \
+             127.0.0.1, pass --no-iothub, or pass --insecure to accept that",
+            hub.bind
+        )))
+    }
+}
