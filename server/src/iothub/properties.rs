@@ -2,59 +2,13 @@
 //! URL-encoded, a property with a null value written as its bare key and one with an empty
 //! value as `key=` (the device SDKs for C, Python, Node and .NET read them this way).
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-
 use super::error::IotHubError;
 
-/// What is percent-encoded: everything but RFC 3986's unreserved characters (the encoding of
-/// .NET's `Uri.EscapeDataString`, which the hub uses), so `$` is `%24` and `/` is `%2F`.
-const ENCODE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+// The property-bag codec is the device protocol's, so it lives once, in the core, beside the
+// device client that reads what this hub writes: the hub only maps its errors.
+pub use mqstate::iothub::properties::{Property, encode, encode_component};
 
-/// One property of a bag: a name and a value, which may be null (absent) or empty.
-pub type Property = (String, Option<String>);
-
-/// URL-encodes one key or value.
-///
-/// ```
-/// use mqstate_server::iothub::properties::encode_component;
-/// assert_eq!(encode_component("$.to"), "%24.to");
-/// assert_eq!(encode_component("/devices/d1"), "%2Fdevices%2Fd1");
-/// ```
-pub fn encode_component(text: &str) -> String {
-    utf8_percent_encode(text, ENCODE).to_string()
-}
-
-/// Encodes a property bag: `k=v` pairs joined by `&`, a null value as `k`, an empty one as `k=`.
-///
-/// ```
-/// use mqstate_server::iothub::properties::encode;
-/// let bag = vec![
-///     ("$.mid".to_owned(), Some("m 1".to_owned())),
-///     ("flag".to_owned(), None),
-///     ("empty".to_owned(), Some(String::new())),
-/// ];
-/// assert_eq!(encode(&bag), "%24.mid=m%201&flag&empty=");
-/// ```
-pub fn encode(bag: &[Property]) -> String {
-    let mut out = String::new();
-    for (i, (key, value)) in bag.iter().enumerate() {
-        if i > 0 {
-            out.push('&');
-        }
-        out.push_str(&encode_component(key));
-        if let Some(value) = value {
-            out.push('=');
-            out.push_str(&encode_component(value));
-        }
-    }
-    out
-}
-
-/// Decodes a property bag (the inverse of [`encode`]); an empty string is an empty bag.
+/// Decodes a property bag, with the core's codec, into the hub's error type.
 ///
 /// ```
 /// use mqstate_server::iothub::properties::decode;
@@ -65,29 +19,7 @@ pub fn encode(bag: &[Property]) -> String {
 /// assert!(decode("k=%FF").is_err());
 /// ```
 pub fn decode(bag: &str) -> Result<Vec<Property>, IotHubError> {
-    let mut out = Vec::new();
-    for pair in bag.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = match pair.split_once('=') {
-            Some((k, v)) => (k, Some(v)),
-            None => (pair, None),
-        };
-        let key = decode_component(key)?;
-        if key.is_empty() {
-            return Err(IotHubError::invalid(format!(
-                "property bag {bag:?} has a property without a name"
-            )));
-        }
-        let value = value.map(decode_component).transpose()?;
-        out.push((key, value));
-    }
-    Ok(out)
-}
-
-fn decode_component(text: &str) -> Result<String, IotHubError> {
-    percent_decode_str(text)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| IotHubError::invalid(format!("{text:?} does not decode to UTF-8 text")))
+    mqstate::iothub::properties::decode(bag).map_err(|e| IotHubError::invalid(e.to_string()))
 }
 
 /// Checks the name of an application property a service sets: a non-empty RFC 7230 token

@@ -13,7 +13,6 @@ use percent_encoding::percent_decode_str;
 use ring::hmac;
 
 use super::error::IotHubError;
-use super::properties::encode_component;
 
 /// The fields of a parsed token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,18 +51,14 @@ pub fn generate(
     key_base64: &str,
     expiry: SystemTime,
 ) -> Result<String, IotHubError> {
-    let key = decode_key(key_base64)?;
+    decode_key(key_base64)?;
     let se = expiry
         .duration_since(UNIX_EPOCH)
         .map_err(|_| IotHubError::invalid("the token expiry is before 1970"))?
         .as_secs();
-    let sr = encode_component(resource);
-    let tag = hmac::sign(
-        &hmac::Key::new(hmac::HMAC_SHA256, &key),
-        format!("{sr}\n{se}").as_bytes(),
-    );
-    let sig = encode_component(&STANDARD.encode(tag.as_ref()));
-    Ok(format!("SharedAccessSignature sr={sr}&sig={sig}&se={se}"))
+    // Signed by the core's token code, the same that the device client uses.
+    mqstate::iothub::sas::token(resource, key_base64, se, None)
+        .map_err(|e| IotHubError::invalid(e.to_string()))
 }
 
 /// Decodes a base64 device key; it must be 16 to 64 bytes long, as IoT Hub requires.
