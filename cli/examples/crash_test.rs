@@ -63,6 +63,7 @@ fn start_server(binary: &PathBuf, port: u16, dir: &std::path::Path) -> Child {
         .args([
             "serve",
             "--no-iothub",
+            "--no-dashboard",
             "--port",
             &port.to_string(),
             "--log",

@@ -30,6 +30,7 @@ impl Serve {
             .args([
                 "serve",
                 "--no-iothub",
+                "--no-dashboard",
                 "--port",
                 &port.to_string(),
                 "--data-dir",
@@ -206,6 +207,7 @@ fn start_fails(dir: &Path) -> String {
         .args([
             "serve",
             "--no-iothub",
+            "--no-dashboard",
             "--port",
             &port.to_string(),
             "--data-dir",
@@ -266,7 +268,7 @@ async fn a_full_disk_fails_writes_cleanly_and_reads_keep_working() {
     let tmp = tempfile::tempdir().unwrap();
     let port = testing::free_port().unwrap();
     let script = format!(
-        "trap '' XFSZ; ulimit -f 2048; exec \"$0\" serve --no-iothub --port {port} --log error --data-dir \"$1\""
+        "trap '' XFSZ; ulimit -f 2048; exec \"$0\" serve --no-iothub --no-dashboard --port {port} --log error --data-dir \"$1\""
     );
     let child = Command::new("bash")
         .args(["-c", &script, env!("CARGO_BIN_EXE_mqstate")])
@@ -374,6 +376,7 @@ async fn broker_sessions_survive_a_sigkill() {
         .args([
             "serve",
             "--no-iothub",
+            "--no-dashboard",
             "--port",
             &port.to_string(),
             "--log",

@@ -18,7 +18,15 @@ fn mqstate() -> Command {
 #[test]
 fn serve_on_every_address_without_tls_or_auth_exits_with_the_reason() {
     let out = mqstate()
-        .args(["serve", "--bind", "0.0.0.0", "--port", "0", "--no-iothub"])
+        .args([
+            "serve",
+            "--bind",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--no-iothub",
+            "--no-dashboard",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();

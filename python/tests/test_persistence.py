@@ -40,7 +40,8 @@ def serve(data_dir: pathlib.Path, *extra: str) -> Iterator[tuple[subprocess.Pope
             f"{BINARY} not found: build it with `cargo build -p mqstate-cli` (or set MQSTATE_BIN)"
         )
     port = free_port()
-    args = [str(BINARY), "serve", "--port", str(port), "--log", "warn"]
+    # No hub and no dashboard: their fixed ports would collide between servers.
+    args = [str(BINARY), "serve", "--no-iothub", "--no-dashboard", "--port", str(port), "--log", "warn"]
     args += ["--data-dir", str(data_dir)]
     proc = subprocess.Popen([*args, *extra], stdin=subprocess.DEVNULL)
     try:
