@@ -41,7 +41,8 @@ def serve(data_dir: pathlib.Path, *extra: str) -> Iterator[tuple[subprocess.Pope
         )
     port = free_port()
     # No hub and no dashboard: their fixed ports would collide between servers.
-    args = [str(BINARY), "serve", "--no-iothub", "--no-dashboard", "--port", str(port), "--log", "warn"]
+    args = [str(BINARY), "serve", "--no-iothub", "--no-dashboard"]
+    args += ["--port", str(port), "--log", "warn"]
     args += ["--data-dir", str(data_dir)]
     proc = subprocess.Popen([*args, *extra], stdin=subprocess.DEVNULL)
     try:
