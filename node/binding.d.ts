@@ -51,6 +51,24 @@ export declare class Hlc {
   toJSON(): string
 }
 
+/** A local IoT Hub in this process, for tests (plain TCP device endpoint on 127.0.0.1). */
+export declare class LocalIotHub {
+  /** Starts a hub; `lockTimeoutMs` shortens the 60 s message lock. */
+  static start(lockTimeoutMs?: number | undefined | null): Promise<LocalIotHub>
+  /** The device endpoint's port. */
+  get port(): number
+  /** Registers a device; returns its connection string (connect with `{ port, tls: false }`). */
+  addDevice(deviceId: string): string
+  /** Sends a C2D message. */
+  send(deviceId: string, payload: string | Uint8Array, messageId?: string | undefined | null, properties?: Array<Property> | undefined | null): void
+  /** Messages Enqueued or Invisible in the device's queue. */
+  queueDepth(deviceId: string): number
+  /** The bodies (UTF-8) of the telemetry the device sent. */
+  telemetryBodies(deviceId: string): Array<string>
+  /** Stops the hub (idempotent). */
+  stop(): Promise<undefined>
+}
+
 /**
  * A running local state store: an embedded MQTT5 broker and the store, in this process.
  * Stop it with `shutdown()`; it also stops when garbage collected or when Node exits, and
@@ -78,6 +96,39 @@ export declare class LocalServer {
   shutdown(): Promise<undefined>
 }
 
+/** A received cloud-to-device message. */
+export declare class NativeC2DMessage {
+  /** The body. */
+  get payload(): Buffer
+  /** `$.mid`. */
+  get messageId(): string | null
+  /** `$.cid`. */
+  get correlationId(): string | null
+  /** `$.uid`. */
+  get userId(): string | null
+  /** `$.to`. */
+  get to(): string | null
+  /** `$.exp`. */
+  get expiryTime(): string | null
+  /** `$.ct`. */
+  get contentType(): string | null
+  /** `$.ce`. */
+  get contentEncoding(): string | null
+  /** `iothub-ack`. */
+  get ack(): string | null
+  /** Application properties in order (null and empty values kept apart). */
+  get properties(): Array<Property>
+  /** True when the message was delivered before. */
+  get isRedelivery(): boolean
+  /** Completes the message (its PUBACK goes out in arrival order). */
+  complete(): void
+  /** Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot reject over MQTT). */
+  reject(): void
+  /** Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot abandon over MQTT). */
+  abandon(): void
+}
+export type NativeC2dMessage = NativeC2DMessage
+
 /** A state store client: one MQTT connection, any number of concurrent calls. */
 export declare class NativeClient {
   /** Connects; resolves once the broker acknowledged the client's subscriptions. */
@@ -97,8 +148,11 @@ export declare class NativeClient {
   get observedKeys(): number
   /** `GET key`: the value and its version, or null. */
   get(key: string | Uint8Array, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<Versioned | null>
-  /** `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given). */
-  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<SetResult>
+  /**
+   * `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given, and
+   * `aio-persistence: true` with `persist`).
+   */
+  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null, persist?: boolean | undefined | null): Promise<SetResult>
   /** `DEL key`: the number of keys deleted (0 or 1). */
   del(key: string | Uint8Array, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<number>
   /** `VDEL key value`: `deleted`, `notFound` or `valueMismatch`. */
@@ -108,6 +162,22 @@ export declare class NativeClient {
   /** Stops observing a key: every observation of it ends (`KEYNOTIFY key STOP`). */
   unobserve(key: string | Uint8Array, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<undefined>
   /** Closes the connection (DISCONNECT) and waits for it; idempotent. */
+  close(): Promise<undefined>
+}
+
+/** A device connection to IoT Hub (MQTT 3.1.1). */
+export declare class NativeDeviceClient {
+  /** Connects; resolves once subscribed. */
+  static connect(connectionString: string, options?: DeviceConnectOptions | undefined | null): Promise<NativeDeviceClient>
+  /** The device id. */
+  get deviceId(): string
+  /** `connecting`, `connected`, `reconnecting` or `closed`. */
+  get state(): string
+  /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
+  receive(): Promise<NativeC2dMessage>
+  /** Sends telemetry and resolves on the hub's PUBACK. */
+  sendEvent(payload: string | Uint8Array, properties?: Array<Property> | undefined | null, messageId?: string | undefined | null, contentType?: string | undefined | null): Promise<undefined>
+  /** Disconnects; uncompleted messages stay in the hub's queue. */
   close(): Promise<undefined>
 }
 
@@ -296,6 +366,22 @@ export interface ClientOptions {
   maxPacketSize?: number
 }
 
+/** Where and how a device connects (all optional; the connection string says the rest). */
+export interface DeviceConnectOptions {
+  /** Host to connect to (default: the connection string's HostName). */
+  host?: string
+  /** Port (default 8883). */
+  port?: number
+  /** TLS (default true); false for a local hub's plain TCP endpoint. */
+  tls?: boolean
+  /** PEM file of the CA to trust. */
+  caFile?: string
+  /** Lifetime of each generated SAS token, in milliseconds (default one hour). */
+  tokenLifetimeMs?: number
+  /** Messages open (received, not completed) before the client stops reading (default 64). */
+  receiveBuffer?: number
+}
+
 /**
  * An `ERR_INVALID_ARGUMENT` error with `message` (for the wrapper's own argument checks, so
  * that every error is built here).
@@ -310,6 +396,16 @@ export interface LocalServerOptions {
   host?: string
   /** Key quota: SETs of new keys beyond it fail with `quota_exceeded` (default: none). */
   maxKeys?: number
+  /**
+   * Keep keys in this directory so that a server started again on it finds them
+   * (default: in memory only).
+   */
+  dataDir?: string
+  /**
+   * With `dataDir`: `"all"` (every key, the default) or `"requested"` (only keys SET with
+   * `persist: true`).
+   */
+  persist?: string
   /**
    * With `password`: start secured, with a TLS listener (a CA and certificate generated
    * for the server; see `caFile`, `tlsUrl`) and this one user.
@@ -349,6 +445,14 @@ export interface Notification {
    * changed while it was away.
    */
   synthesized: boolean
+}
+
+/** An application property: `value` is `null` for a null property, `""` for an empty one. */
+export interface Property {
+  /** The name. */
+  name: string
+  /** The value, or null. */
+  value: string | null
 }
 
 /** Reconnection backoff. */
