@@ -189,6 +189,16 @@ impl Handler {
         &mut self.store
     }
 
+    /// Shows every key of the store on the dashboard, if one watches (after a restore from
+    /// the data dir, whose keys no SET announced).
+    pub fn show_restored_keys(&self) {
+        if let Some(m) = &self.monitor {
+            for (key, entry) in self.store.iter() {
+                m.key_restored(key, entry);
+            }
+        }
+    }
+
     /// The registrations (read-only).
     pub fn registrations(&self) -> &Registrations {
         &self.registrations

@@ -271,6 +271,11 @@ impl Store {
         self.max_keys
     }
 
+    /// Every key and its entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Entry)> {
+        self.entries.iter()
+    }
+
     /// The stored entry of a key. Call [`Store::expire_due`] first so that an expired key is
     /// not returned.
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {

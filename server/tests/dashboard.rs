@@ -289,3 +289,33 @@ async fn own_server_without_the_hub() {
     client.close().await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn keys_restored_from_the_data_dir_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut c = ServerConfig::default()
+            .with_data_dir(dir.path(), mqstate_server::persist::PersistMode::All);
+        c.dashboard = Some(DashboardConfig::default());
+        c
+    };
+    let server = LocalServer::start_with(config()).await.unwrap();
+    let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+        .await
+        .unwrap();
+    client
+        .set("restored/k", "v", SetOptions::default())
+        .await
+        .unwrap();
+    client.close().await;
+    server.shutdown().await;
+
+    // A new server on the same data dir: the key is on the dashboard although no SET
+    // announced it since the start.
+    let server = LocalServer::start_with(config()).await.unwrap();
+    let addr = server.dashboard_addr().unwrap();
+    let keys = json(addr, "/dashboard/api/keys?prefix=restored/").await;
+    assert_eq!(keys["total"], 1, "{keys}");
+    assert!(keys.to_string().contains("restored/k"), "{keys}");
+    server.shutdown().await;
+}

@@ -151,6 +151,18 @@ struct KeyRecord {
     lease: bool,
 }
 
+impl KeyRecord {
+    fn of(entry: &Entry, lease: bool) -> Self {
+        KeyRecord {
+            value: entry.value.clone(),
+            version: entry.version.clone(),
+            fencing_token: entry.fencing_token.clone(),
+            expires_at: entry.expires_at,
+            lease,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ClientRecord {
     connections: u32,
@@ -224,16 +236,7 @@ impl Monitor {
     /// A SET was applied; `entry` is the key as stored now, `lease` says it was `NEX` + `PX`.
     pub fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
         let mut state = self.state();
-        state.keys.insert(
-            key.clone(),
-            KeyRecord {
-                value: entry.value.clone(),
-                version: entry.version.clone(),
-                fencing_token: entry.fencing_token.clone(),
-                expires_at: entry.expires_at,
-                lease,
-            },
-        );
+        state.keys.insert(key.clone(), KeyRecord::of(entry, lease));
         let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
         self.push(
             &mut state,
@@ -242,6 +245,15 @@ impl Monitor {
             Some((value, value_encoding)),
             Some(&entry.version),
         );
+    }
+
+    /// A key restored from the data dir at start: shown in the key table, not in the feed
+    /// (nothing changed). Whether it was set as a lease is not stored, so a restored lock
+    /// joins the locks view at its next renewal.
+    pub fn key_restored(&self, key: &Bytes, entry: &Entry) {
+        self.state()
+            .keys
+            .insert(key.clone(), KeyRecord::of(entry, false));
     }
 
     /// The key was deleted (`Delete`, with the server clock of the deletion) or expired.
