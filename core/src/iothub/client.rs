@@ -122,7 +122,8 @@ pub struct DeviceStats {
     pub redelivered: u64,
     /// PUBACKs sent (completions released in order).
     pub acknowledged: u64,
-    /// Completions that came too late: the connection their message arrived on was gone.
+    /// Completions that came too late: the connection their message arrived on was gone, or
+    /// the hub had delivered the message again since (its lock timed out).
     pub stale_completions: u64,
     /// Connections made (the first included).
     pub connections: u64,
@@ -228,7 +229,8 @@ impl C2dMessage {
     /// Returns at once; the hub sets the message to Completed when the PUBACK arrives.
     ///
     /// Errors: [`Error::Disconnected`] when the connection the message arrived on is gone
-    /// (the hub will deliver it again) or the client is closed; [`Error::InvalidArgument`]
+    /// (the hub will deliver it again), when the hub already delivered it again because its
+    /// lock timed out (complete the new copy), or the client is closed; [`Error::InvalidArgument`]
     /// when it was already completed.
     pub fn complete(&self) -> Result<(), Error> {
         let Some(ticket) = self.ticket else {
@@ -254,6 +256,16 @@ impl C2dMessage {
                 "message {:?} was already completed",
                 self.content.message_id
             ))),
+            CompleteOutcome::Superseded => {
+                self.shared
+                    .counters
+                    .stale_completions
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(Error::Disconnected(format!(
+                    "message {:?} was delivered again after its lock timed out: this copy cannot be completed any more; complete the redelivered copy",
+                    self.content.message_id
+                )))
+            }
             CompleteOutcome::Stale => {
                 self.shared
                     .counters
@@ -760,10 +772,18 @@ impl Task {
         let shared = self.shared.clone();
         let c = &shared.counters;
         c.received.fetch_add(1, Ordering::Relaxed);
-        let ticket =
-            (publish.qos != QoS::AtMostOnce).then(|| self.shared.acks().acks.arrived(publish.pkid));
         let topic = publish.topic.clone();
-        match MessageContent::parse(&topic, &self.shared.device_id, publish.payload) {
+        let parsed = MessageContent::parse(&topic, &self.shared.device_id, publish.payload);
+        let ticket = (publish.qos != QoS::AtMostOnce).then(|| {
+            let id = parsed.as_ref().ok().and_then(|c| c.message_id.as_deref());
+            let mut state = self.shared.acks();
+            let (ticket, released) = state.acks.arrived(publish.pkid, id);
+            state
+                .to_send
+                .extend(released.into_iter().map(|pkid| (ticket.connection, pkid)));
+            ticket
+        });
+        match parsed {
             Ok(content) => {
                 let seen_before = content
                     .message_id
