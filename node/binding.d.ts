@@ -60,9 +60,13 @@ export declare class LocalIotHub {
   /** Registers a device; returns its connection string (connect with `{ port, tls: false }`). */
   addDevice(deviceId: string): string
   /** Sends a C2D message. */
-  send(deviceId: string, payload: string | Uint8Array, messageId?: string | undefined | null, properties?: Array<Property> | undefined | null): void
+  send(deviceId: string, payload: string | Uint8Array, messageId?: string | undefined | null, properties?: Array<Property> | undefined | null, options?: HubSendOptions | undefined | null): void
   /** Messages Enqueued or Invisible in the device's queue. */
   queueDepth(deviceId: string): number
+  /** How many of the device's recent messages were Completed. */
+  completed(deviceId: string): number
+  /** The telemetry the device sent (oldest first), bodies byte for byte. */
+  telemetry(deviceId: string): Array<HubTelemetry>
   /** The bodies (UTF-8) of the telemetry the device sent. */
   telemetryBodies(deviceId: string): Array<string>
   /** Stops the hub (idempotent). */
@@ -173,8 +177,14 @@ export declare class NativeDeviceClient {
   get deviceId(): string
   /** `connecting`, `connected`, `reconnecting` or `closed`. */
   get state(): string
-  /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
-  receive(): Promise<NativeC2dMessage>
+  /**
+   * The next message; with `timeoutMs`, resolves `null` when none came in time (a message
+   * arriving as the wait ends stays for the next call). Rejects with `ERR_DISCONNECTED`
+   * once the client is closed and its buffered messages were taken.
+   */
+  receive(timeoutMs?: number | undefined | null): Promise<NativeC2dMessage | undefined | null>
+  /** Counters of the client's life (received, redelivered, acknowledged...). */
+  get stats(): DeviceStats
   /** Sends telemetry and resolves on the hub's PUBACK. */
   sendEvent(payload: string | Uint8Array, properties?: Array<Property> | undefined | null, messageId?: string | undefined | null, contentType?: string | undefined | null): Promise<undefined>
   /** Disconnects; uncompleted messages stay in the hub's queue. */
@@ -380,6 +390,48 @@ export interface DeviceConnectOptions {
   tokenLifetimeMs?: number
   /** Messages open (received, not completed) before the client stops reading (default 64). */
   receiveBuffer?: number
+}
+
+/** Counters of a device client's life. */
+export interface DeviceStats {
+  /** Messages received (redeliveries included). */
+  received: number
+  /** Of those, recognised as redeliveries. */
+  redelivered: number
+  /** PUBACKs sent (completions released in arrival order). */
+  acknowledged: number
+  /** Completions refused because the message's connection dropped or it was delivered again. */
+  staleCompletions: number
+  /** Connections made (the first included). */
+  connections: number
+  /** Reconnections made to renew the SAS token. */
+  tokenRenewals: number
+  /** Messages whose property bag could not be decoded. */
+  malformed: number
+}
+
+/** System properties of a C2D message sent by `LocalIotHub.send` (all optional). */
+export interface HubSendOptions {
+  /** `$.cid`. */
+  correlationId?: string
+  /** `$.uid`. */
+  userId?: string
+  /** `$.ct`. */
+  contentType?: string
+  /** `$.ce`. */
+  contentEncoding?: string
+  /** `iothub-ack`: `none`, `positive`, `negative` or `full`. */
+  ack?: string
+}
+
+/** A telemetry message as the hub received it. */
+export interface HubTelemetry {
+  /** The body, byte for byte. */
+  body: Buffer
+  /** System properties (`$.mid`, `$.ct`...), sorted by name. */
+  systemProperties: Array<Property>
+  /** Application properties, sorted by name (`value: null` for a null property). */
+  properties: Array<Property>
 }
 
 /**

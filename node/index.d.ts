@@ -333,7 +333,7 @@ export declare class LeaderElection {
 /** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
 export declare function benchRustGet(url: string, n: number, depth: number): Promise<number>;
 export { LocalIotHub } from './binding';
-export type { DeviceConnectOptions, Property } from './binding';
+export type { DeviceConnectOptions, DeviceStats, HubSendOptions, HubTelemetry, Property, } from './binding';
 /** Telemetry options for {@link DeviceClient.sendEvent}. */
 export interface EventOptions {
     /** Application properties in order; a `null` value is a null property. */
@@ -390,8 +390,18 @@ export declare class DeviceClient implements AsyncIterable<C2dMessage> {
     static connect(connectionString: string, options?: native.DeviceConnectOptions): Promise<DeviceClient>;
     get deviceId(): string;
     get state(): ConnectionState;
-    /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
+    /** Counters of the client's life (received, redelivered, acknowledged, tokenRenewals...). */
+    get stats(): native.DeviceStats;
+    /**
+     * The next message; rejects with `ERR_DISCONNECTED` once the client is closed (after the
+     * buffered messages were taken).
+     */
     receive(): Promise<C2dMessage>;
+    /**
+     * The next message, waiting at most `timeoutMs`: `null` when none came in time (a message
+     * arriving as the wait ends is kept for the next call, never lost).
+     */
+    receive(timeoutMs: number): Promise<C2dMessage | null>;
     /** The messages until the client is closed (then the iteration ends). */
     messages(): AsyncGenerator<C2dMessage, void, undefined>;
     [Symbol.asyncIterator](): AsyncGenerator<C2dMessage, void, undefined>;

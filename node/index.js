@@ -694,15 +694,20 @@ class DeviceClient {
     get state() {
         return this.native.state;
     }
-    /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
-    async receive() {
-        return new C2dMessage(await this.native.receive());
+    /** Counters of the client's life (received, redelivered, acknowledged, tokenRenewals...). */
+    get stats() {
+        return this.native.stats;
+    }
+    async receive(timeoutMs) {
+        const m = await this.native.receive(timeoutMs);
+        return m == null ? null : new C2dMessage(m);
     }
     /** The messages until the client is closed (then the iteration ends). */
     async *messages() {
         for (;;) {
+            let msg;
             try {
-                yield await this.receive();
+                msg = await this.receive();
             }
             catch (e) {
                 if (e.code === 'ERR_DISCONNECTED' && this.state === 'closed') {
@@ -710,6 +715,7 @@ class DeviceClient {
                 }
                 throw e;
             }
+            yield msg;
         }
     }
     [Symbol.asyncIterator]() {

@@ -780,7 +780,13 @@ Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
 // ---------------------------------------------------------------------------------------
 
 export { LocalIotHub } from './binding';
-export type { DeviceConnectOptions, Property } from './binding';
+export type {
+  DeviceConnectOptions,
+  DeviceStats,
+  HubSendOptions,
+  HubTelemetry,
+  Property,
+} from './binding';
 
 /** Telemetry options for {@link DeviceClient.sendEvent}. */
 export interface EventOptions {
@@ -879,22 +885,39 @@ export class DeviceClient implements AsyncIterable<C2dMessage> {
     return this.native.state as ConnectionState;
   }
 
-  /** The next message; rejects with `ERR_DISCONNECTED` once the client is closed. */
-  async receive(): Promise<C2dMessage> {
-    return new C2dMessage(await this.native.receive());
+  /** Counters of the client's life (received, redelivered, acknowledged, tokenRenewals...). */
+  get stats(): native.DeviceStats {
+    return this.native.stats;
+  }
+
+  /**
+   * The next message; rejects with `ERR_DISCONNECTED` once the client is closed (after the
+   * buffered messages were taken).
+   */
+  receive(): Promise<C2dMessage>;
+  /**
+   * The next message, waiting at most `timeoutMs`: `null` when none came in time (a message
+   * arriving as the wait ends is kept for the next call, never lost).
+   */
+  receive(timeoutMs: number): Promise<C2dMessage | null>;
+  async receive(timeoutMs?: number): Promise<C2dMessage | null> {
+    const m = await this.native.receive(timeoutMs);
+    return m == null ? null : new C2dMessage(m);
   }
 
   /** The messages until the client is closed (then the iteration ends). */
   async *messages(): AsyncGenerator<C2dMessage, void, undefined> {
     for (;;) {
+      let msg: C2dMessage;
       try {
-        yield await this.receive();
+        msg = await this.receive();
       } catch (e) {
         if ((e as { code?: string }).code === 'ERR_DISCONNECTED' && this.state === 'closed') {
           return;
         }
         throw e;
       }
+      yield msg;
     }
   }
 

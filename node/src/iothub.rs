@@ -63,6 +63,63 @@ fn options(cs: &str, o: DeviceConnectOptions) -> Result<DeviceOptions, Error> {
     Ok(options)
 }
 
+/// Counters of a device client's life.
+#[napi(object)]
+#[derive(Debug)]
+pub struct DeviceStats {
+    /// Messages received (redeliveries included).
+    pub received: f64,
+    /// Of those, recognised as redeliveries.
+    pub redelivered: f64,
+    /// PUBACKs sent (completions released in arrival order).
+    pub acknowledged: f64,
+    /// Completions refused because the message's connection dropped or it was delivered again.
+    pub stale_completions: f64,
+    /// Connections made (the first included).
+    pub connections: f64,
+    /// Reconnections made to renew the SAS token.
+    pub token_renewals: f64,
+    /// Messages whose property bag could not be decoded.
+    pub malformed: f64,
+}
+
+/// System properties of a C2D message sent by `LocalIotHub.send` (all optional).
+#[napi(object)]
+#[derive(Debug, Default)]
+pub struct HubSendOptions {
+    /// `$.cid`.
+    pub correlation_id: Option<String>,
+    /// `$.uid`.
+    pub user_id: Option<String>,
+    /// `$.ct`.
+    pub content_type: Option<String>,
+    /// `$.ce`.
+    pub content_encoding: Option<String>,
+    /// `iothub-ack`: `none`, `positive`, `negative` or `full`.
+    pub ack: Option<String>,
+}
+
+/// A telemetry message as the hub received it.
+#[napi(object)]
+pub struct HubTelemetry {
+    /// The body, byte for byte.
+    pub body: napi::bindgen_prelude::Buffer,
+    /// System properties (`$.mid`, `$.ct`...), sorted by name.
+    pub system_properties: Vec<Property>,
+    /// Application properties, sorted by name (`value: null` for a null property).
+    pub properties: Vec<Property>,
+}
+
+impl std::fmt::Debug for HubTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubTelemetry")
+            .field("body_len", &self.body.len())
+            .field("system_properties", &self.system_properties)
+            .field("properties", &self.properties)
+            .finish()
+    }
+}
+
 /// A device connection to IoT Hub (MQTT 3.1.1).
 #[napi]
 #[derive(Debug)]
@@ -103,19 +160,53 @@ impl NativeDeviceClient {
         self.inner.state().as_str()
     }
 
-    /// The next message; rejects with `ERR_DISCONNECTED` once the client is closed.
+    /// The next message; with `timeoutMs`, resolves `null` when none came in time (a message
+    /// arriving as the wait ends stays for the next call). Rejects with `ERR_DISCONNECTED`
+    /// once the client is closed and its buffered messages were taken.
     #[napi]
     pub fn receive<'env>(
         &self,
         env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, NativeC2dMessage>> {
+        timeout_ms: Option<f64>,
+    ) -> napi::Result<PromiseRaw<'env, Option<NativeC2dMessage>>> {
+        let timeout = match millis("timeoutMs", timeout_ms) {
+            Ok(t) => t,
+            Err(e) => return rejected(env, e),
+        };
         let client = self.inner.clone();
         spawn(
             env,
             None,
-            async move { client.receive().await },
-            |_, inner| Ok(NativeC2dMessage { inner }),
+            async move {
+                match timeout {
+                    // The core's receive is cancel-safe: a message is taken from the buffer
+                    // only by a receive that returns it.
+                    Some(t) => match tokio::time::timeout(t, client.receive()).await {
+                        Ok(m) => m.map(Some),
+                        Err(_) => Ok(None),
+                    },
+                    None => client.receive().await.map(Some),
+                }
+            },
+            |_, inner| Ok(inner.map(|inner| NativeC2dMessage { inner })),
         )
+    }
+
+    /// Counters of the client's life (received, redelivered, acknowledged...).
+    #[napi(getter)]
+    pub fn stats(&self) -> DeviceStats {
+        let s = self.inner.stats();
+        // Counts, exact as JavaScript numbers up to 2^53.
+        let n = |v: u64| v as f64;
+        DeviceStats {
+            received: n(s.received),
+            redelivered: n(s.redelivered),
+            acknowledged: n(s.acknowledged),
+            stale_completions: n(s.stale_completions),
+            connections: n(s.connections),
+            token_renewals: n(s.token_renewals),
+            malformed: n(s.malformed),
+        }
     }
 
     /// Sends telemetry and resolves on the hub's PUBACK.
@@ -333,9 +424,19 @@ impl LocalIotHub {
         payload: Either<String, Uint8ArraySlice<'_>>,
         message_id: Option<String>,
         properties: Option<Vec<Property>>,
+        options: Option<HubSendOptions>,
     ) -> napi::Result<()> {
+        let o = options.unwrap_or_default();
         let mut m = mqstate_server::iothub::C2dMessage::new(bytes(payload));
         m.message_id = message_id;
+        m.correlation_id = o.correlation_id;
+        m.user_id = o.user_id;
+        m.content_type = o.content_type;
+        m.content_encoding = o.content_encoding;
+        if let Some(ack) = o.ack {
+            m.ack = mqstate_server::iothub::Ack::parse(&ack)
+                .map_err(|e| js_error(&env, &hub_error(e), &[]))?;
+        }
         for p in properties.unwrap_or_default() {
             let v = match &p.value {
                 Either::A(v) => Some(v.as_str()),
@@ -356,6 +457,50 @@ impl LocalIotHub {
             .queue(&device_id)
             .map(|q| q.depth as u32)
             .map_err(|e| js_error(&env, &hub_error(e), &[]))
+    }
+
+    /// How many of the device's recent messages were Completed.
+    #[napi]
+    pub fn completed(&self, env: Env, device_id: String) -> napi::Result<u32> {
+        self.hub
+            .queue(&device_id)
+            .map(|q| {
+                q.finished
+                    .iter()
+                    .filter(|m| m.state == mqstate_server::iothub::MessageState::Completed)
+                    .count() as u32
+            })
+            .map_err(|e| js_error(&env, &hub_error(e), &[]))
+    }
+
+    /// The telemetry the device sent (oldest first), bodies byte for byte.
+    #[napi]
+    pub fn telemetry(&self, env: Env, device_id: String) -> napi::Result<Vec<HubTelemetry>> {
+        use base64::Engine;
+        let got = self
+            .hub
+            .telemetry(&device_id, 0)
+            .map_err(|e| js_error(&env, &hub_error(e), &[]))?;
+        let pairs = |m: std::collections::BTreeMap<String, Option<String>>| {
+            m.into_iter()
+                .map(|(name, v)| Property {
+                    name,
+                    value: nullable(&v),
+                })
+                .collect()
+        };
+        got.into_iter()
+            .map(|t| {
+                let body = base64::engine::general_purpose::STANDARD
+                    .decode(&t.body_base64)
+                    .map_err(|e| js_error(&env, &Error::UnexpectedResponse(e.to_string()), &[]))?;
+                Ok(HubTelemetry {
+                    body: body.into(),
+                    system_properties: pairs(t.system_properties),
+                    properties: pairs(t.properties),
+                })
+            })
+            .collect()
     }
 
     /// The bodies (UTF-8) of the telemetry the device sent.
