@@ -361,6 +361,27 @@ typedef struct mqstate_version mqstate_version;
 typedef uint32_t mqstate_set_condition;
 
 /**
+ * Called with each cloud-to-device message, on the device's dispatcher thread (one thread per
+ * device: calls never overlap and come in arrival order), with no lock of the library held.
+ * `status` is `MQSTATE_OK` and `message` a message that now belongs to the callee (complete
+ * it, now or later, from any thread, then free it with `mqstate_c2d_message_free`); or
+ * `MQSTATE_UNEXPECTED_PAYLOAD` and `message` NULL for a message whose property bag is
+ * malformed (it was acknowledged; `mqstate_error_message` on this thread says what was
+ * wrong). It may call any function of this library, including `mqstate_iothub_device_free`
+ * of this device; it must return (later messages wait for it) and must not unwind (no C++
+ * exception, no longjmp).
+ */
+typedef void (*mqstate_c2d_message_callback)(void *user_data,
+                                             mqstate_status status,
+                                             struct mqstate_c2d_message *message);
+
+/**
+ * Called exactly once when the device's message callback ends (after its last call, on the
+ * dispatcher thread), to release `user_data`.
+ */
+typedef void (*mqstate_c2d_destroy_callback)(void *user_data);
+
+/**
  * The callback of `mqstate_lock_edit`, called once, on the calling thread, while the lock
  * is held. `old_value` / `old_len`: the key's value (`old_value` is NULL when the key does
  * not exist). Set `*new_value` / `*new_len` to the value to write (the bytes are copied
@@ -609,7 +630,8 @@ mqstate_status mqstate_iothub_device_new(const char *connection_string,
 
 /**
  * Closes the connection and frees the device. NULL is a no-op. Messages not completed stay
- * in the hub's queue.
+ * in the hub's queue. With a message callback, returns after its last call and `destroy`
+ * (except when called from that callback: `destroy` then runs when the callback returns).
  */
 void mqstate_iothub_device_free(struct mqstate_iothub_device *device);
 
@@ -622,6 +644,21 @@ void mqstate_iothub_device_free(struct mqstate_iothub_device *device);
 mqstate_status mqstate_iothub_device_receive(const struct mqstate_iothub_device *device,
                                              uint32_t timeout_ms,
                                              struct mqstate_c2d_message **message_out);
+
+/**
+ * Delivers the device's messages to `callback(user_data, status, message)` on a library
+ * thread (see `mqstate_c2d_message_callback`) until the device is freed; then calls
+ * `destroy(user_data)` (if not NULL) exactly once, after the last callback.
+ * `mqstate_iothub_device_free` waits for that (unless called from the callback, whose
+ * thread then ends when the callback returns). One callback per device
+ * (`MQSTATE_INVALID_ARGUMENT` for a second one); do not also call
+ * `mqstate_iothub_device_receive` on it (each message goes to one of them). On a status other
+ * than `MQSTATE_OK`, neither callback is ever called and `user_data` stays the caller's.
+ */
+mqstate_status mqstate_iothub_device_on_message(const struct mqstate_iothub_device *device,
+                                                mqstate_c2d_message_callback callback,
+                                                mqstate_c2d_destroy_callback destroy,
+                                                void *user_data);
 
 /**
  * Sends telemetry and waits for the hub's PUBACK. `names`/`values` are `count` application

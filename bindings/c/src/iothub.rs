@@ -2,15 +2,19 @@
 //! `mqstate::iothub::blocking::DeviceClient`. Receiving waits with a timeout; completion,
 //! ordering and every validation are the core's.
 
-use std::ffi::{CString, c_char};
+use std::ffi::{CString, c_char, c_void};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mqstate::iothub::blocking::DeviceClient;
 use mqstate::iothub::{C2dMessage, DeviceOptions, Telemetry};
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
 use crate::boundary::{
     FfiError, Out, arg_bytes, arg_opt_str, arg_ref, arg_str, free_handle, into_handle,
-    mqstate_status, mqstate_status::*,
+    mqstate_status, mqstate_status::*, set_last_error,
 };
 
 /// An IoT Hub device connection (MQTT 3.1.1). Thread-safe: receive, send and complete may be
@@ -19,7 +23,59 @@ use crate::boundary::{
 #[derive(Debug)]
 pub struct mqstate_iothub_device {
     client: DeviceClient,
+    /// The thread of `mqstate_iothub_device_on_message`, if one was started.
+    dispatcher: Mutex<Option<JoinHandle<()>>>,
 }
+
+impl Drop for mqstate_iothub_device {
+    fn drop(&mut self) {
+        // Closing ends the dispatcher's receive; it then calls `destroy` and ends. A free from
+        // the callback itself cannot wait for its own thread: that thread ends by itself once
+        // the callback returns (it holds its own clone of the client).
+        self.client.close();
+        let thread = self
+            .dispatcher
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(thread) = thread
+            && thread.thread().id() != std::thread::current().id()
+        {
+            // A panic there was contained on that thread; nothing to report.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Called with each cloud-to-device message, on the device's dispatcher thread (one thread per
+/// device: calls never overlap and come in arrival order), with no lock of the library held.
+/// `status` is `MQSTATE_OK` and `message` a message that now belongs to the callee (complete
+/// it, now or later, from any thread, then free it with `mqstate_c2d_message_free`); or
+/// `MQSTATE_UNEXPECTED_PAYLOAD` and `message` NULL for a message whose property bag is
+/// malformed (it was acknowledged; `mqstate_error_message` on this thread says what was
+/// wrong). It may call any function of this library, including `mqstate_iothub_device_free`
+/// of this device; it must return (later messages wait for it) and must not unwind (no C++
+/// exception, no longjmp).
+#[allow(non_camel_case_types, reason = "C type name")]
+pub type mqstate_c2d_message_callback = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        status: mqstate_status,
+        message: *mut mqstate_c2d_message,
+    ),
+>;
+
+/// Called exactly once when the device's message callback ends (after its last call, on the
+/// dispatcher thread), to release `user_data`.
+#[allow(non_camel_case_types, reason = "C type name")]
+pub type mqstate_c2d_destroy_callback = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// The caller's context pointer, handed to the dispatcher thread.
+struct UserData(*mut c_void);
+
+// SAFETY: the C contract (mqstate_iothub_device_on_message) says `user_data` is used from the
+// library's dispatcher thread; the library never dereferences it.
+unsafe impl Send for UserData {}
 
 /// A received cloud-to-device message. Its strings are owned by it: valid until
 /// `mqstate_c2d_message_free`.
@@ -104,13 +160,17 @@ pub unsafe extern "C" fn mqstate_iothub_device_new(
             options.token_lifetime = Duration::from_secs(u64::from(token_lifetime_secs));
         }
         let client = DeviceClient::connect(options).map_err(FfiError::from)?;
-        out.write(into_handle(mqstate_iothub_device { client }));
+        out.write(into_handle(mqstate_iothub_device {
+            client,
+            dispatcher: Mutex::new(None),
+        }));
         Ok(())
     }
 }
 
 /// Closes the connection and frees the device. NULL is a no-op. Messages not completed stay
-/// in the hub's queue.
+/// in the hub's queue. With a message callback, returns after its last call and `destroy`
+/// (except when called from that callback: `destroy` then runs when the callback returns).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_device_free(device: *mut mqstate_iothub_device) {
     ffi_boundary!(raw () => {
@@ -147,6 +207,83 @@ pub unsafe extern "C" fn mqstate_iothub_device_receive(
                 format!("no message within {timeout_ms} ms"),
             )),
         }
+    }
+}
+
+/// The dispatcher thread: hands each message to the callback until the device is closed,
+/// then calls `destroy` once.
+fn dispatch(
+    client: DeviceClient,
+    callback: unsafe extern "C" fn(*mut c_void, mqstate_status, *mut mqstate_c2d_message),
+    destroy: mqstate_c2d_destroy_callback,
+    user_data: UserData,
+) {
+    loop {
+        let (status, message) = match client.receive() {
+            Ok(m) => {
+                // Rust code on this thread is contained: a panic loses this message's handle
+                // only (it was not completed, so the hub delivers it again).
+                match catch_unwind(AssertUnwindSafe(|| mqstate_c2d_message::new(m))) {
+                    Ok(m) => (MQSTATE_OK, into_handle(m)),
+                    Err(_) => continue,
+                }
+            }
+            Err(e @ mqstate::Error::MalformedMessage(_)) => {
+                let e = FfiError::from(e);
+                let status = e.status;
+                set_last_error(e);
+                (status, std::ptr::null_mut())
+            }
+            // Closed (or stopped for good, e.g. credentials refused on reconnection).
+            Err(_) => break,
+        };
+        // SAFETY: the caller of mqstate_iothub_device_on_message gave a valid callback for
+        // this user_data. No lock is held here.
+        unsafe { callback(user_data.0, status, message) };
+    }
+    drop(client);
+    if let Some(destroy) = destroy {
+        // SAFETY: as above; called once, after the last callback.
+        unsafe { destroy(user_data.0) };
+    }
+}
+
+/// Delivers the device's messages to `callback(user_data, status, message)` on a library
+/// thread (see `mqstate_c2d_message_callback`) until the device is freed; then calls
+/// `destroy(user_data)` (if not NULL) exactly once, after the last callback.
+/// `mqstate_iothub_device_free` waits for that (unless called from the callback, whose
+/// thread then ends when the callback returns). One callback per device
+/// (`MQSTATE_INVALID_ARGUMENT` for a second one); do not also call
+/// `mqstate_iothub_device_receive` on it (each message goes to one of them). On a status other
+/// than `MQSTATE_OK`, neither callback is ever called and `user_data` stays the caller's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_iothub_device_on_message(
+    device: *const mqstate_iothub_device,
+    callback: mqstate_c2d_message_callback,
+    destroy: mqstate_c2d_destroy_callback,
+    user_data: *mut c_void,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let device = unsafe { arg_ref(device, "device") }?;
+        let callback = callback.ok_or_else(|| FfiError::null("callback"))?;
+        let mut dispatcher = device.dispatcher.lock().unwrap_or_else(|p| p.into_inner());
+        if dispatcher.is_some() {
+            return Err(FfiError::invalid("the device already has a message callback"));
+        }
+        let client = device.client.clone();
+        let user_data = UserData(user_data);
+        let thread = std::thread::Builder::new()
+            .name("mqstate-c2d".into())
+            .spawn(move || dispatch(client, callback, destroy, user_data))
+            .map_err(|e| {
+                FfiError::new(
+                    MQSTATE_UNKNOWN_ERROR,
+                    format!("could not start the device's callback thread: {e}"),
+                )
+            })?;
+        *dispatcher = Some(thread);
+        Ok(())
     }
 }
 
