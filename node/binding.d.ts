@@ -18,6 +18,40 @@ export declare class CancelToken {
 }
 
 /**
+ * A TCP proxy on 127.0.0.1 (a free port) to `127.0.0.1:upstreamPort` that forwards whole
+ * MQTT packets and breaks connections on demand (for fault tests).
+ */
+export declare class FaultProxy {
+  /** Starts a proxy to `127.0.0.1:upstreamPort` (a local server's port). */
+  static start(upstreamPort: number): Promise<FaultProxy>
+  /** The port clients connect to. */
+  get port(): number
+  /** `mqtt://127.0.0.1:PORT`, for `Client.connect`. */
+  get url(): string
+  /** Closes every open connection now (new ones are accepted). */
+  dropConnections(): void
+  /** While set, new connections are closed as soon as they are accepted. */
+  setRefusing(refusing: boolean): void
+  /** While set, nothing is forwarded (connections stay open: a stalled broker). */
+  setStalled(stalled: boolean): void
+  /** Delays every packet by `ms` (0: none). */
+  setDelay(ms: number): void
+  /** The next packet is forwarded only in part, then its connection is closed. */
+  cutNextPacket(): void
+  /**
+   * The next packet of `kind` (`publish`, `puback`, `subscribe`...) travelling in
+   * `direction` (`to_broker` or `to_client`) closes its connection instead of passing.
+   */
+  disconnectOn(kindName: string, direction: string): void
+  /** The next CONNACK, SUBACK or PUBACK from the broker is rewritten to a failure. */
+  rejectNext(kindName: string): void
+  /** How many one-shot faults (cut, disconnect on, reject) took effect so far. */
+  get faultsApplied(): number
+  /** Stops the proxy and closes its connections (idempotent). */
+  stop(): void
+}
+
+/**
  * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
  * the fencing token of a lock). Immutable.
  *

@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.CancelToken = nativeBinding.CancelToken
+module.exports.FaultProxy = nativeBinding.FaultProxy
 module.exports.Hlc = nativeBinding.Hlc
 module.exports.LocalIotHub = nativeBinding.LocalIotHub
 module.exports.LocalServer = nativeBinding.LocalServer

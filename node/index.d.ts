@@ -20,7 +20,7 @@
  */
 import * as native from './binding';
 import { Hlc } from './binding';
-export { Hlc, LocalServer } from './binding';
+export { FaultProxy, Hlc, LocalServer } from './binding';
 export type { ClientOptions, LocalServerOptions, ReconnectConfig, SetResult, TlsConfig, Versioned, } from './binding';
 /** A key or a value: a string (sent as UTF-8), a `Buffer` or any `Uint8Array`. */
 export type Bytes = string | Uint8Array;

@@ -53,12 +53,13 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = void 0;
+exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = exports.FaultProxy = void 0;
 exports.isMqstateError = isMqstateError;
 exports.benchRustGet = benchRustGet;
 const native = __importStar(require("./binding"));
 const binding_1 = require("./binding");
 var binding_2 = require("./binding");
+Object.defineProperty(exports, "FaultProxy", { enumerable: true, get: function () { return binding_2.FaultProxy; } });
 Object.defineProperty(exports, "Hlc", { enumerable: true, get: function () { return binding_2.Hlc; } });
 Object.defineProperty(exports, "LocalServer", { enumerable: true, get: function () { return binding_2.LocalServer; } });
 /** True for the errors of this package (an `Error` with one of the {@link ErrorCode}s). */

@@ -22,7 +22,7 @@
 import * as native from './binding';
 import { Hlc } from './binding';
 
-export { Hlc, LocalServer } from './binding';
+export { FaultProxy, Hlc, LocalServer } from './binding';
 export type {
   ClientOptions,
   LocalServerOptions,

@@ -15,6 +15,7 @@
 
 mod client;
 mod error;
+mod fault_proxy;
 mod hlc;
 mod iothub;
 mod lock;
@@ -25,6 +26,7 @@ mod util;
 
 pub use client::{CancelToken, NativeClient, bench_rust_get};
 pub use error::invalid_argument_error;
+pub use fault_proxy::FaultProxy;
 pub use hlc::Hlc;
 pub use iothub::{LocalIotHub, NativeC2dMessage, NativeDeviceClient};
 pub use lock::{
