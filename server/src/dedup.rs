@@ -31,7 +31,9 @@ pub struct DedupLimits {
     pub ttl: Duration,
     /// The most answers kept.
     pub max_entries: usize,
-    /// The most bytes of answers kept (as reported by the caller for each entry).
+    /// The most bytes kept, as reported by the caller for each entry: the store reports
+    /// [`DedupCache::entry_size`] (the answer, the key, kept twice, and the fixed overhead of
+    /// an entry), so that this bounds the cache's memory, not only its answers.
     pub max_bytes: usize,
 }
 
@@ -111,6 +113,31 @@ impl<T> DedupCache<T> {
         self.bytes += size;
         self.order.push_back((now, key));
         self.evict(now);
+    }
+
+    /// The memory an entry takes, to report as its `size`: an answer of `answer_len` bytes
+    /// under (client id, correlation data). The key is held twice (the map and the eviction
+    /// order) and each entry has a fixed overhead (the map's slot, the order's slot, the
+    /// allocations' headers), estimated from the types' sizes. The correlation data must be
+    /// its own allocation (not a slice of a larger buffer, which it would keep alive).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use mqstate_server::dedup::DedupCache;
+    ///
+    /// let size = DedupCache::<Bytes>::entry_size("client-1", &Bytes::from_static(&[0; 16]), 5);
+    /// assert!(size > 5 + 2 * (8 + 16));
+    /// ```
+    pub fn entry_size(client_id: &str, correlation: &Bytes, answer_len: usize) -> usize {
+        /// Allocation headers and rounding, per heap allocation (glibc: 16 bytes, rounded).
+        const ALLOC: usize = 32;
+        let key = client_id.len() + correlation.len() + 2 * ALLOC;
+        let slots = 2 * std::mem::size_of::<Key>()
+            + std::mem::size_of::<Cached<T>>()
+            + 2 * std::mem::size_of::<Instant>()
+            // hashbrown keeps up to 1/8 of its slots empty, plus a control byte each.
+            + (std::mem::size_of::<(Key, Cached<T>)>() + 1) / 7;
+        answer_len + ALLOC + 2 * key + slots
     }
 
     /// How many answers are kept.

@@ -836,7 +836,13 @@ impl StoreTask {
         self.respond(&response_topic, &correlation, message_expiry, &answer)
             .await;
         self.publish_notifications(notifications).await;
-        let size = answer.payload.len() + correlation.len() + dedup_id.len() + 64;
+        // The correlation data is a slice of the received packet, which shares its allocation
+        // with the connection's whole read buffer: kept as is, each cached answer would pin
+        // that buffer for the cache's 5 minutes (memory the cache's bound does not see, and
+        // that only levels off once the first entries expire). A copy pins 16 bytes.
+        let correlation = Bytes::copy_from_slice(&correlation);
+        let size =
+            DedupCache::<CachedAnswer>::entry_size(&dedup_id, &correlation, answer.payload.len());
         self.dedup.insert(
             &dedup_id,
             correlation,
