@@ -1,0 +1,24 @@
+// Install test (scripts/test-install): copied into an empty npm project where only the
+// package tarball from dist/ was installed (`npm install mqstate-VERSION.tgz`). Sets a key and
+// reads it back.
+//
+//   node set_get.mjs mqtt://127.0.0.1:PORT KEY
+import { createRequire } from 'node:module';
+import { Client } from 'mqstate';
+
+const [url, key] = process.argv.slice(2);
+const expected = 'set from Node';
+const where = createRequire(import.meta.url).resolve('mqstate');
+const client = await Client.connect(url);
+try {
+  await client.set(key, expected);
+  const got = await client.get(key);
+  const text = got?.value.toString();
+  console.log(`Node: mqstate from ${where}: set ${key}, got ${JSON.stringify(text)}`);
+  if (text !== expected) {
+    console.error(`Node: expected ${JSON.stringify(expected)}`);
+    process.exitCode = 1;
+  }
+} finally {
+  await client.close();
+}
