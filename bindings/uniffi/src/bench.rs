@@ -36,7 +36,7 @@ pub async fn bench_rust_get(url: String, n: u32, depth: u32) -> Result<f64, Mqst
         }
         let secs = started.elapsed().as_secs_f64();
         client.close().await;
-        Ok(f64::from(n) / secs)
+        Ok::<_, Error>(f64::from(n) / secs)
     })
     .await
 }

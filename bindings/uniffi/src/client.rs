@@ -215,7 +215,7 @@ impl Client {
         let client = self.inner.clone();
         run(async move {
             client.close().await;
-            Ok(())
+            Ok::<_, mqstate::Error>(())
         })
         .await
     }

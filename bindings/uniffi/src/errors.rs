@@ -127,6 +127,16 @@ impl MqstateError {
     }
 }
 
+/// An exception a foreign callback (a `Lock.edit` function) threw that is not an
+/// `MqstateException`: reported as `InvalidArgument`, with the exception's text.
+impl From<uniffi::UnexpectedUniFFICallbackError> for MqstateError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        MqstateError::InvalidArgument {
+            reason: format!("invalid argument: the edit function failed: {}", e.reason),
+        }
+    }
+}
+
 pub(crate) fn invalid(reason: impl Into<String>) -> MqstateError {
     MqstateError::from(Error::InvalidArgument(reason.into()))
 }

@@ -244,7 +244,7 @@ impl DeviceClient {
         let client = self.inner.clone();
         run(async move {
             client.close().await;
-            Ok(())
+            Ok::<_, mqstate::Error>(())
         })
         .await
     }

@@ -38,8 +38,8 @@ pub use client::{Client, SetResult, VdelOutcome, Versioned};
 pub use errors::MqstateError;
 pub use iothub::{C2dMessage, DeviceClient, DeviceOptions, DeviceStats, Property, Telemetry};
 pub use lock::{
-    LeaderElection, LeadershipEvent, LeadershipEvents, Lease, LeaseEvent, LeaseEvents, Lock,
-    LockGuard,
+    Editor, LeaderElection, LeadershipEvent, LeadershipEvents, Lease, LeaseEvent, LeaseEvents,
+    Lock, LockGuard,
 };
 pub use observe::{Notification, Observation};
 pub use options::{ConnectOptions, TlsConfig};

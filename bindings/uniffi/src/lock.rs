@@ -288,6 +288,40 @@ impl Lock {
             guard: Mutex::new(Some(guard)),
         }))
     }
+
+    /// Under the lock: reads `key`, calls `editor` with its value, writes what it returns (or
+    /// deletes the key for null) with the lock's fencing token, and unlocks. Returns what the
+    /// editor returned. The lock is released even when the write fails.
+    pub async fn edit(
+        &self,
+        key: Vec<u8>,
+        ttl: Duration,
+        timeout: Duration,
+        editor: Arc<dyn Editor>,
+    ) -> Result<Option<Vec<u8>>, MqstateError> {
+        let lock = self.inner.clone();
+        let written = run(async move {
+            lock.edit_async(key, ttl, timeout, move |old| {
+                std::future::ready(
+                    editor
+                        .edit(old.map(|b| b.to_vec()))
+                        .map(|new| new.map(bytes::Bytes::from)),
+                )
+            })
+            .await
+        })
+        .await?;
+        Ok(written.map(|b| b.to_vec()))
+    }
+}
+
+/// The function of `Lock.edit`: given the key's value (null: absent), returns the value to
+/// write (null: delete the key). Throwing an `MqstateException` aborts the edit (nothing is
+/// written, the lock is released) and `edit` throws it.
+#[uniffi::export(with_foreign)]
+pub trait Editor: Send + Sync {
+    /// The new value for `old`.
+    fn edit(&self, old: Option<Vec<u8>>) -> Result<Option<Vec<u8>>, MqstateError>;
 }
 
 /// A held lock: `unlock()` releases it (otherwise it expires after its ttl).

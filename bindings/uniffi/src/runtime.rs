@@ -40,14 +40,15 @@ pub(crate) fn runtime() -> Result<&'static Runtime, MqstateError> {
 }
 
 /// Runs `future` on the library's runtime and waits for it (from any executor).
-pub(crate) async fn run<T, F>(future: F) -> Result<T, MqstateError>
+pub(crate) async fn run<T, E, F>(future: F) -> Result<T, MqstateError>
 where
-    F: Future<Output = Result<T, mqstate::Error>> + Send + 'static,
+    F: Future<Output = Result<T, E>> + Send + 'static,
     T: Send + 'static,
+    E: Into<MqstateError> + Send + 'static,
 {
     let task = AbortOnDrop(runtime()?.spawn(future));
     match task.await {
-        Ok(outcome) => outcome.map_err(MqstateError::from),
+        Ok(outcome) => outcome.map_err(Into::into),
         Err(e) => Err(MqstateError::Disconnected {
             reason: format!("disconnected: the call's task ended abnormally: {e}"),
         }),

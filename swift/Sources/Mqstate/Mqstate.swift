@@ -460,7 +460,13 @@ fileprivate final class UniffiHandleMap<T>: @unchecked Sendable {
 
 
 // Public interface members begin here.
-
+// Magic number for the Rust proxy to call using the same mechanism as every other method,
+// to free the callback once it's dropped by Rust.
+private let IDX_CALLBACK_FREE: Int32 = 0
+// Callback return codes
+private let UNIFFI_CALLBACK_SUCCESS: Int32 = 0
+private let UNIFFI_CALLBACK_ERROR: Int32 = 1
+private let UNIFFI_CALLBACK_UNEXPECTED_ERROR: Int32 = 2
 
 #if swift(>=5.8)
 @_documentation(visibility: private)
@@ -1601,6 +1607,222 @@ public func FfiConverterTypeDeviceClient_lower(_ value: DeviceClient) -> UInt64 
 
 
 /**
+ * The function of `Lock.edit`: given the key's value (null: absent), returns the value to
+ * write (null: delete the key). Throwing an `MqstateException` aborts the edit (nothing is
+ * written, the lock is released) and `edit` throws it.
+ */
+public protocol Editor: AnyObject, Sendable {
+    
+    /**
+     * The new value for `old`.
+     */
+    func edit(old: Data?) throws  -> Data?
+    
+}
+/**
+ * The function of `Lock.edit`: given the key's value (null: absent), returns the value to
+ * write (null: delete the key). Throwing an `MqstateException` aborts the edit (nothing is
+ * written, the lock is released) and `edit` throws it.
+ */
+open class EditorImpl: Editor, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_mqstate_uniffi_fn_clone_editor(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_mqstate_uniffi_fn_free_editor(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * The new value for `old`.
+     */
+open func edit(old: Data?)throws  -> Data?  {
+    return try  FfiConverterOptionData.lift(try rustCallWithError(FfiConverterTypeMqstateError_lift) {
+        uniffiCallStatus in
+    uniffi_mqstate_uniffi_fn_method_editor_edit(
+            self.uniffiCloneHandle(),
+        FfiConverterOptionData.lower(old),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceEditor {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // Store the vtable directly.
+    static let vtable: UniffiVTableCallbackInterfaceEditor = UniffiVTableCallbackInterfaceEditor(
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            do {
+                try FfiConverterTypeEditor.handleMap.remove(handle: uniffiHandle)
+            } catch {
+                print("Uniffi callback interface Editor: handle missing in uniffiFree")
+            }
+        },
+        uniffiClone: { (uniffiHandle: UInt64) -> UInt64 in
+            do {
+                return try FfiConverterTypeEditor.handleMap.clone(handle: uniffiHandle)
+            } catch {
+                fatalError("Uniffi callback interface Editor: handle missing in uniffiClone")
+            }
+        },
+        edit: { (
+            uniffiHandle: UInt64,
+            old: RustBuffer,
+            uniffiOutReturn: UnsafeMutablePointer<RustBuffer>,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> Data? in
+                guard let uniffiObj = try? FfiConverterTypeEditor.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.edit(
+                     old: try FfiConverterOptionData.lift(old)
+                )
+            }
+
+            
+            let writeReturn = { uniffiOutReturn.pointee = FfiConverterOptionData.lower($0) }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeMqstateError_lower
+            )
+        }
+    )
+
+    // Rust stores this pointer for future callback invocations, so it must live
+    // for the process lifetime (not just for the init function call).
+    //
+    // `nonisolated(unsafe)` is needed under Swift 6 strict concurrency.
+    // This is safe because the pointee is initialized once during static init
+    // and never mutated by either side of the FFI.  Its fields are C function pointers.
+    nonisolated(unsafe) static let vtablePtr: UnsafePointer<UniffiVTableCallbackInterfaceEditor> = {
+        let ptr = UnsafeMutablePointer<UniffiVTableCallbackInterfaceEditor>.allocate(capacity: 1)
+        ptr.initialize(to: vtable)
+        return UnsafePointer(ptr)
+    }()
+}
+
+private func uniffiCallbackInitEditor() {
+    uniffi_mqstate_uniffi_fn_init_callback_vtable_editor(UniffiCallbackInterfaceEditor.vtablePtr)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeEditor: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<Editor>()
+
+    typealias FfiType = UInt64
+    typealias SwiftType = Editor
+
+    public static func lift(_ handle: UInt64) throws -> Editor {
+        if ((handle & 1) == 0) {
+            // Rust-generated handle, construct a new class that uses the handle to implement the
+            // interface
+            return EditorImpl(unsafeFromHandle: handle)
+        } else {
+            // Swift-generated handle, get the object from the handle map
+            return try handleMap.remove(handle: handle)
+        }
+    }
+
+    public static func lower(_ value: Editor) -> UInt64 {
+         if let rustImpl = value as? EditorImpl {
+             // Rust-implemented object.  Clone the handle and return it
+            return rustImpl.uniffiCloneHandle()
+         } else {
+            // Swift object, generate a new vtable handle and return that.
+            return handleMap.insert(obj: value)
+         }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Editor {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: Editor, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEditor_lift(_ handle: UInt64) throws -> Editor {
+    return try FfiConverterTypeEditor.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEditor_lower(_ value: Editor) -> UInt64 {
+    return FfiConverterTypeEditor.lower(value)
+}
+
+
+
+
+
+
+/**
  * A leader election: one candidate leads at a time; terms renew automatically.
  */
 public protocol LeaderElectionProtocol: AnyObject, Sendable {
@@ -2531,6 +2753,13 @@ public func FfiConverterTypeLeaseEvents_lower(_ value: LeaseEvents) -> UInt64 {
 public protocol LockProtocol: AnyObject, Sendable {
     
     /**
+     * Under the lock: reads `key`, calls `editor` with its value, writes what it returns (or
+     * deletes the key for null) with the lock's fencing token, and unlocks. Returns what the
+     * editor returned. The lock is released even when the write fails.
+     */
+    func edit(key: Data, ttl: TimeInterval, timeout: TimeInterval, editor: Editor) async throws  -> Data?
+    
+    /**
      * Waits (up to `timeout`) for the lock, held for `ttl` unless unlocked first.
      */
     func lock(ttl: TimeInterval, timeout: TimeInterval) async throws  -> LockGuard
@@ -2605,6 +2834,27 @@ public convenience init(client: Client, name: Data, holder: Data)throws  {
 
     
 
+    
+    /**
+     * Under the lock: reads `key`, calls `editor` with its value, writes what it returns (or
+     * deletes the key for null) with the lock's fencing token, and unlocks. Returns what the
+     * editor returned. The lock is released even when the write fails.
+     */
+open func edit(key: Data, ttl: TimeInterval, timeout: TimeInterval, editor: Editor)async throws  -> Data?  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_mqstate_uniffi_fn_method_lock_edit(
+                        self.uniffiCloneHandle(),FfiConverterData.lower(key),FfiConverterDuration.lower(ttl),FfiConverterDuration.lower(timeout),FfiConverterTypeEditor_lower(editor)
+                )
+            },
+            pollFunc: ffi_mqstate_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_mqstate_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_mqstate_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterOptionData.lift,
+            errorHandler: FfiConverterTypeMqstateError_lift
+        )
+}
     
     /**
      * Waits (up to `timeout`) for the lock, held for `ttl` unless unlocked first.
@@ -5261,6 +5511,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_mqstate_uniffi_checksum_method_deviceclient_try_receive() != 19788) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_mqstate_uniffi_checksum_method_editor_edit() != 3407) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_mqstate_uniffi_checksum_method_leaderelection_campaign() != 43494) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -5324,6 +5577,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_mqstate_uniffi_checksum_method_leaseevents_next() != 17631) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_mqstate_uniffi_checksum_method_lock_edit() != 63194) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_mqstate_uniffi_checksum_method_lock_lock() != 35918) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -5358,6 +5614,7 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitEditor()
     return InitializationResult.ok
 }()
 

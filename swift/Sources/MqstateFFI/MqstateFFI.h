@@ -243,6 +243,22 @@ typedef void (*UniffiForeignFutureCompleteVoid)(uint64_t, UniffiForeignFutureRes
     );
 
 #endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_EDITOR_METHOD0
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_EDITOR_METHOD0
+typedef void (*UniffiCallbackInterfaceEditorMethod0)(uint64_t, RustBuffer, RustBuffer* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
+#ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_EDITOR
+#define UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_EDITOR
+typedef struct UniffiVTableCallbackInterfaceEditor {
+    UniffiCallbackInterfaceFree _Nonnull uniffiFree;
+    UniffiCallbackInterfaceClone _Nonnull uniffiClone;
+    UniffiCallbackInterfaceEditorMethod0 _Nonnull edit;
+} UniffiVTableCallbackInterfaceEditor;
+
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_CLIENT
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_CLIENT
 uint64_t uniffi_mqstate_uniffi_fn_clone_client(uint64_t handle, RustCallStatus *_Nonnull out_status
@@ -433,6 +449,26 @@ RustBuffer uniffi_mqstate_uniffi_fn_method_deviceclient_stats(uint64_t ptr, Rust
 RustBuffer uniffi_mqstate_uniffi_fn_method_deviceclient_try_receive(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_EDITOR
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_EDITOR
+uint64_t uniffi_mqstate_uniffi_fn_clone_editor(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FREE_EDITOR
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FREE_EDITOR
+void uniffi_mqstate_uniffi_fn_free_editor(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_INIT_CALLBACK_VTABLE_EDITOR
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_INIT_CALLBACK_VTABLE_EDITOR
+void uniffi_mqstate_uniffi_fn_init_callback_vtable_editor(const UniffiVTableCallbackInterfaceEditor* _Nonnull vtable
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_EDITOR_EDIT
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_EDITOR_EDIT
+RustBuffer uniffi_mqstate_uniffi_fn_method_editor_edit(uint64_t ptr, RustBuffer old, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_LEADERELECTION
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_LEADERELECTION
 uint64_t uniffi_mqstate_uniffi_fn_clone_leaderelection(uint64_t handle, RustCallStatus *_Nonnull out_status
@@ -601,6 +637,11 @@ void uniffi_mqstate_uniffi_fn_free_lock(uint64_t handle, RustCallStatus *_Nonnul
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_LOCK_NEW
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_LOCK_NEW
 uint64_t uniffi_mqstate_uniffi_fn_constructor_lock_new(uint64_t client, RustBuffer name, RustBuffer holder, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_LOCK_EDIT
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_LOCK_EDIT
+uint64_t uniffi_mqstate_uniffi_fn_method_lock_edit(uint64_t ptr, RustBuffer key, RustBuffer ttl, RustBuffer timeout, uint64_t editor
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_LOCK_LOCK
@@ -1137,6 +1178,12 @@ uint16_t uniffi_mqstate_uniffi_checksum_method_deviceclient_try_receive(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_EDITOR_EDIT
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_EDITOR_EDIT
+uint16_t uniffi_mqstate_uniffi_checksum_method_editor_edit(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LEADERELECTION_CAMPAIGN
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LEADERELECTION_CAMPAIGN
 uint16_t uniffi_mqstate_uniffi_checksum_method_leaderelection_campaign(void
@@ -1260,6 +1307,12 @@ uint16_t uniffi_mqstate_uniffi_checksum_method_leaseevents_close(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LEASEEVENTS_NEXT
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LEASEEVENTS_NEXT
 uint16_t uniffi_mqstate_uniffi_checksum_method_leaseevents_next(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LOCK_EDIT
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_LOCK_EDIT
+uint16_t uniffi_mqstate_uniffi_checksum_method_lock_edit(void
     
 );
 #endif

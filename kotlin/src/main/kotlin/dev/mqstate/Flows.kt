@@ -49,3 +49,20 @@ fun LeadershipEvents.asFlow(): Flow<LeadershipEvent> = flow {
         stop()
     }
 }
+
+/**
+ * [Lock.edit] with a Kotlin function: under the lock, [f] gets the key's value (null: absent)
+ * and returns the value to write (null: delete the key).
+ *
+ * ```
+ * lock.edit("counter".encodeToByteArray(), ttl, timeout) { old -> ((old?.decodeToString()?.toInt() ?: 0) + 1).toString().encodeToByteArray() }
+ * ```
+ */
+suspend fun Lock.edit(
+    key: ByteArray,
+    ttl: java.time.Duration,
+    timeout: java.time.Duration,
+    f: (ByteArray?) -> ByteArray?,
+): ByteArray? = edit(key, ttl, timeout, object : Editor {
+    override fun edit(old: ByteArray?): ByteArray? = f(old)
+})

@@ -657,6 +657,28 @@ internal open class UniffiForeignFutureResultVoid(
 internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureResultVoid.UniffiByValue,)
 }
+internal interface UniffiCallbackInterfaceEditorMethod0 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`old`: RustBuffer.ByValue,`uniffiOutReturn`: RustBuffer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("uniffiFree", "uniffiClone", "edit")
+internal open class UniffiVTableCallbackInterfaceEditor(
+    @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+    @JvmField internal var `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+    @JvmField internal var `edit`: UniffiCallbackInterfaceEditorMethod0? = null,
+) : Structure() {
+    class UniffiByValue(
+        `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+        `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+        `edit`: UniffiCallbackInterfaceEditorMethod0? = null,
+    ): UniffiVTableCallbackInterfaceEditor(`uniffiFree`,`uniffiClone`,`edit`,), Structure.ByValue
+
+   internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceEditor) {
+        `uniffiFree` = other.`uniffiFree`
+        `uniffiClone` = other.`uniffiClone`
+        `edit` = other.`edit`
+    }
+
+}
 
 // A JNA Library to expose the extern-C FFI definitions.
 // This is an implementation detail which will be called internally by the public API.
@@ -748,6 +770,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_deviceclient_try_receive(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_editor_edit(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_leaderelection_campaign(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_leaderelection_events(
@@ -790,6 +814,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_leaseevents_next(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_lock_edit(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_lock_lock(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_lockguard_token(
@@ -828,6 +854,7 @@ internal object UniffiLib {
 
     init {
         Native.register(UniffiLib::class.java, findLibraryName(componentName = "mqstate"))
+        uniffiCallbackInterfaceEditor.register(this)
         
     }
 
@@ -908,6 +935,14 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_method_deviceclient_try_receive(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_mqstate_uniffi_fn_clone_editor(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_free_editor(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_mqstate_uniffi_fn_init_callback_vtable_editor(`vtable`: UniffiVTableCallbackInterfaceEditor,
+    ): Unit
+    external fun uniffi_mqstate_uniffi_fn_method_editor_edit(`ptr`: Long,`old`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_clone_leaderelection(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_mqstate_uniffi_fn_free_leaderelection(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -975,6 +1010,8 @@ internal object UniffiLib {
     external fun uniffi_mqstate_uniffi_fn_free_lock(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_mqstate_uniffi_fn_constructor_lock_new(`client`: Long,`name`: RustBuffer.ByValue,`holder`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_method_lock_edit(`ptr`: Long,`key`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,`editor`: Long,
     ): Long
     external fun uniffi_mqstate_uniffi_fn_method_lock_lock(`ptr`: Long,`ttl`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,
     ): Long
@@ -1224,6 +1261,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_deviceclient_try_receive() and 0xFFFF) != 19788) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_editor_edit() and 0xFFFF) != 3407) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_leaderelection_campaign() and 0xFFFF) != 43494) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1285,6 +1325,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_leaseevents_next() and 0xFFFF) != 17631) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_lock_edit() and 0xFFFF) != 63194) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_lock_lock() and 0xFFFF) != 35918) {
@@ -1451,7 +1494,38 @@ object UniffiWithHandle
  *
  * @suppress
  * */
-object NoHandle
+object NoHandle// Magic number for the Rust proxy to call using the same mechanism as every other method,
+// to free the callback once it's dropped by Rust.
+internal const val IDX_CALLBACK_FREE = 0
+// Callback return codes
+internal const val UNIFFI_CALLBACK_SUCCESS = 0
+internal const val UNIFFI_CALLBACK_ERROR = 1
+internal const val UNIFFI_CALLBACK_UNEXPECTED_ERROR = 2
+
+/**
+ * @suppress
+ */
+public abstract class FfiConverterCallbackInterface<CallbackInterface: Any>: FfiConverter<CallbackInterface, Long> {
+    internal val handleMap = UniffiHandleMap<CallbackInterface>()
+
+    internal fun drop(handle: Long) {
+        handleMap.remove(handle)
+    }
+
+    override fun lift(value: Long): CallbackInterface {
+        return handleMap.get(value)
+    }
+
+    override fun read(buf: ByteBuffer) = lift(buf.getLong())
+
+    override fun lower(value: CallbackInterface) = handleMap.insert(value)
+
+    override fun allocationSize(value: CallbackInterface) = 8UL
+
+    override fun write(value: CallbackInterface, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
 /**
  * The cleaner interface for Object finalization code to run.
  * This is the entry point to any implementation that we're using.
@@ -3366,6 +3440,340 @@ public object FfiConverterTypeDeviceClient: FfiConverter<DeviceClient, Long> {
 
 
 /**
+ * The function of `Lock.edit`: given the key's value (null: absent), returns the value to
+ * write (null: delete the key). Throwing an `MqstateException` aborts the edit (nothing is
+ * written, the lock is released) and `edit` throws it.
+ */
+public interface Editor {
+    
+    /**
+     * The new value for `old`.
+     */
+    fun `edit`(`old`: kotlin.ByteArray?): kotlin.ByteArray?
+    
+    companion object
+}
+
+/**
+ * The function of `Lock.edit`: given the key's value (null: absent), returns the value to
+ * write (null: delete the key). Throwing an `MqstateException` aborts the edit (nothing is
+ * written, the lock is released) and `edit` throws it.
+ */
+open class EditorImpl: Disposable, AutoCloseable, Editor
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_mqstate_uniffi_fn_free_editor(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_mqstate_uniffi_fn_clone_editor(handle, status)
+        }
+    }
+
+    
+    /**
+     * The new value for `old`.
+     */
+    @Throws(MqstateException::class)override fun `edit`(`old`: kotlin.ByteArray?): kotlin.ByteArray? {
+            return FfiConverterOptionalByteArray.lift(
+    callWithHandle {
+    uniffiRustCallWithError(MqstateException) { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_method_editor_edit(
+        it,
+        
+        FfiConverterOptionalByteArray.lower(`old`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+
+// Put the implementation in an object so we don't pollute the top-level namespace
+internal object uniffiCallbackInterfaceEditor {
+    internal object `edit`: UniffiCallbackInterfaceEditorMethod0 {
+        override fun callback(`uniffiHandle`: Long,`old`: RustBuffer.ByValue,`uniffiOutReturn`: RustBuffer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeEditor.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`edit`(
+                    FfiConverterOptionalByteArray.lift(`old`),
+                )
+            }
+            val writeReturn = { value: kotlin.ByteArray? -> uniffiOutReturn.setValue(FfiConverterOptionalByteArray.lower(value)) }
+            uniffiTraitInterfaceCallWithError(
+                uniffiCallStatus,
+                makeCall,
+                writeReturn,
+                { e: MqstateException -> FfiConverterTypeMqstateError.lower(e) }
+            )
+        }
+    }
+
+    internal object uniffiFree: UniffiCallbackInterfaceFree {
+        override fun callback(handle: Long) {
+            FfiConverterTypeEditor.handleMap.remove(handle)
+        }
+    }
+
+    internal object uniffiClone: UniffiCallbackInterfaceClone {
+        override fun callback(handle: Long): Long {
+            return FfiConverterTypeEditor.handleMap.clone(handle)
+        }
+    }
+
+    internal var vtable = UniffiVTableCallbackInterfaceEditor.UniffiByValue(
+        uniffiFree,
+        uniffiClone,
+        `edit`,
+    )
+
+    // Registers the foreign callback with the Rust side.
+    // This method is generated for each callback interface.
+    internal fun register(lib: UniffiLib) {
+        lib.uniffi_mqstate_uniffi_fn_init_callback_vtable_editor(vtable)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeEditor: FfiConverter<Editor, Long> {
+    internal val handleMap = UniffiHandleMap<Editor>()
+
+    override fun lower(value: Editor): Long {
+        if (value is EditorImpl) {
+             // Rust-implemented object.  Clone the handle and return it
+            return value.uniffiCloneHandle()
+         } else {
+            // Kotlin object, generate a new vtable handle and return that.
+            return handleMap.insert(value)
+         }
+    }
+
+    override fun lift(value: Long): Editor {
+        if ((value and 1.toLong()) == 0.toLong()) {
+            // Rust-generated handle, construct a new class that uses the handle to implement the
+            // interface
+            return EditorImpl(UniffiWithHandle, value)
+        } else {
+            // Kotlin-generated handle, get the object from the handle map
+            return handleMap.remove(value)
+        }
+    }
+
+    override fun read(buf: ByteBuffer): Editor {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: Editor) = 8UL
+
+    override fun write(value: Editor, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
  * A leader election: one candidate leads at a time; terms renew automatically.
  */
 public interface LeaderElectionInterface {
@@ -4937,6 +5345,13 @@ public object FfiConverterTypeLeaseEvents: FfiConverter<LeaseEvents, Long> {
 public interface LockInterface {
     
     /**
+     * Under the lock: reads `key`, calls `editor` with its value, writes what it returns (or
+     * deletes the key for null) with the lock's fencing token, and unlocks. Returns what the
+     * editor returned. The lock is released even when the write fails.
+     */
+    suspend fun `edit`(`key`: kotlin.ByteArray, `ttl`: java.time.Duration, `timeout`: java.time.Duration, `editor`: Editor): kotlin.ByteArray?
+    
+    /**
      * Waits (up to `timeout`) for the lock, held for `ttl` unless unlocked first.
      */
     suspend fun `lock`(`ttl`: java.time.Duration, `timeout`: java.time.Duration): LockGuard
@@ -5060,6 +5475,36 @@ open class Lock: Disposable, AutoCloseable, LockInterface
         return uniffiRustCall() { status ->
             UniffiLib.uniffi_mqstate_uniffi_fn_clone_lock(handle, status)
         }
+    }
+
+    
+    /**
+     * Under the lock: reads `key`, calls `editor` with its value, writes what it returns (or
+     * deletes the key for null) with the lock's fencing token, and unlocks. Returns what the
+     * editor returned. The lock is released even when the write fails.
+     */
+    @Throws(MqstateException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `edit`(`key`: kotlin.ByteArray, `ttl`: java.time.Duration, `timeout`: java.time.Duration, `editor`: Editor) : kotlin.ByteArray? {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_mqstate_uniffi_fn_method_lock_edit(
+                uniffiHandle,
+                
+        FfiConverterByteArray.lower(`key`),
+        FfiConverterDuration.lower(`ttl`),
+        FfiConverterDuration.lower(`timeout`),
+        FfiConverterTypeEditor.lower(`editor`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_mqstate_uniffi_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterOptionalByteArray.lift(it) },
+        // Error FFI converter
+        MqstateException.ErrorHandler,
+    )
     }
 
     

@@ -41,7 +41,7 @@ class ClientTest {
         Client.connect(options).also { clients += it }
 
     @Test
-    fun `set get del vdel round trip`() = runBlocking {
+    fun `set get del vdel round trip`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("rt").b
         assertNull(c.get(key), "a key never set is absent")
@@ -61,7 +61,7 @@ class ClientTest {
     }
 
     @Test
-    fun `binary and empty values and keys`() = runBlocking {
+    fun `binary and empty values and keys`() = runBlocking<Unit> {
         val c = connect()
         val all = ByteArray(256) { it.toByte() }
         val key = uniqueKey("bin").b + byteArrayOf(0, -1, 10)
@@ -72,7 +72,7 @@ class ClientTest {
     }
 
     @Test
-    fun `nx and nex not applied are outcomes, not errors`() = runBlocking {
+    fun `nx and nex not applied are outcomes, not errors`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("cond").b
         assertTrue(c.set(key, "v1".b, nx = true).applied, "NX on an absent key is applied")
@@ -89,7 +89,7 @@ class ClientTest {
     }
 
     @Test
-    fun `expiry deletes the key and notifies`() = runBlocking {
+    fun `expiry deletes the key and notifies`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("px").b
         val observation = c.observe(key)
@@ -102,7 +102,7 @@ class ClientTest {
     }
 
     @Test
-    fun `persist is accepted and the value is readable`() = runBlocking {
+    fun `persist is accepted and the value is readable`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("persist").b
         assertTrue(c.set(key, "kept".b, persist = true).applied)
@@ -110,7 +110,7 @@ class ClientTest {
     }
 
     @Test
-    fun `observe sees another client's writes as a flow`() = runBlocking {
+    fun `observe sees another client's writes as a flow`() = runBlocking<Unit> {
         val reader = connect()
         val writer = connect()
         val key = uniqueKey("obs").b
@@ -128,7 +128,7 @@ class ClientTest {
     }
 
     @Test
-    fun `closing an observation ends it and unobserve ends all of a key's`() = runBlocking {
+    fun `closing an observation ends it and unobserve ends all of a key's`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("unobs").b
         val a = c.observe(key)
@@ -140,7 +140,7 @@ class ClientTest {
     }
 
     @Test
-    fun `64 concurrent coroutines on one client`() = runBlocking {
+    fun `64 concurrent coroutines on one client`() = runBlocking<Unit> {
         val c = connect()
         val prefix = uniqueKey("conc")
         val results = (0 until 64).map { i ->
@@ -154,7 +154,7 @@ class ClientTest {
     }
 
     @Test
-    fun `a call against a stopped server times out`() = runBlocking {
+    fun `a call against a stopped server times out`() = runBlocking<Unit> {
         val own = LocalServer.start()
         val c = connect(ConnectOptions(url = own.url, reconnectInitialDelay = Duration.ofMillis(50)))
         c.set(uniqueKey("before").b, "v".b)
@@ -165,7 +165,7 @@ class ClientTest {
     }
 
     @Test
-    fun `connecting to nothing fails with a typed error`() = runBlocking {
+    fun `connecting to nothing fails with a typed error`() = runBlocking<Unit> {
         val port = LocalServer.freePort()
         val e = assertThrows<MqstateException> {
             runBlocking { Client.connect(ConnectOptions(url = "mqtt://127.0.0.1:$port", connectTimeout = Duration.ofSeconds(2))) }
@@ -175,7 +175,7 @@ class ClientTest {
     }
 
     @Test
-    fun `error kinds`() = runBlocking {
+    fun `error kinds`() = runBlocking<Unit> {
         val c = connect()
         val empty = assertThrows<MqstateException.InvalidArgument> { runBlocking { c.get(ByteArray(0)) } }
         assertEquals("invalid_argument", empty.kind())
@@ -198,7 +198,7 @@ class ClientTest {
     }
 
     @Test
-    fun `per-call timeout and cancellation`() = runBlocking {
+    fun `per-call timeout and cancellation`() = runBlocking<Unit> {
         val c = connect()
         val key = uniqueKey("to").b
         c.set(key, "v".b, timeout = Duration.ofSeconds(20))
