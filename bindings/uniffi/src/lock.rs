@@ -267,11 +267,20 @@ impl std::fmt::Debug for Lock {
 
 #[uniffi::export]
 impl Lock {
-    /// A lock on `name`, taken as `holder`.
-    #[uniffi::constructor]
-    pub fn new(client: &Client, name: Vec<u8>, holder: Vec<u8>) -> Result<Arc<Lock>, MqstateError> {
+    /// A lock on `name`, taken as `holder`; with a `session`, as `holder:session`.
+    #[uniffi::constructor(default(session = None))]
+    pub fn new(
+        client: &Client,
+        name: Vec<u8>,
+        holder: Vec<u8>,
+        session: Option<Vec<u8>>,
+    ) -> Result<Arc<Lock>, MqstateError> {
+        let mut inner = core::Lock::new(&client.inner, name, holder)?;
+        if let Some(session) = session {
+            inner = inner.with_session_id(session);
+        }
         Ok(Arc::new(Lock {
-            inner: Arc::new(core::Lock::new(&client.inner, name, holder)?),
+            inner: Arc::new(inner),
         }))
     }
 

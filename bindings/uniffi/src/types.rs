@@ -36,12 +36,25 @@ pub(crate) fn to_core(token: Option<Hlc>) -> Result<Option<mqstate::Hlc>, Mqstat
     token.as_ref().map(Hlc::to_core).transpose()
 }
 
-/// Parses the wire form of a version (`001696374425000:00000:node`).
+/// Parses the wire form of a version (`001696374425000:00000:node`, any zero padding). A
+/// malformed text is the caller's mistake: `InvalidArgument`, saying what is wrong (as in
+/// every binding).
 #[uniffi::export]
 pub fn hlc_parse(text: String) -> Result<Hlc, MqstateError> {
     text.parse::<mqstate::Hlc>()
         .map(Hlc::from)
-        .map_err(|e| MqstateError::from(mqstate::Error::from(e)))
+        .map_err(|e| MqstateError::from(mqstate::Error::InvalidArgument(e.to_string())))
+}
+
+/// The core's order of two versions: -1, 0 or 1 (milliseconds, then counter, then node id).
+#[uniffi::export]
+pub fn hlc_compare(a: Hlc, b: Hlc) -> i32 {
+    let core = |h: Hlc| mqstate::Hlc::new(h.ms, h.counter, h.node_id);
+    match core(a).cmp(&core(b)) {
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+        std::cmp::Ordering::Greater => 1,
+    }
 }
 
 /// The wire form of a version, as the state store writes it.

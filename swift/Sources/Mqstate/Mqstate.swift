@@ -503,6 +503,22 @@ fileprivate struct FfiConverterUInt32: FfiConverterPrimitive {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterInt32: FfiConverterPrimitive {
+    typealias FfiType = Int32
+    typealias SwiftType = Int32
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Int32 {
+        return try lift(readInt(&buf))
+    }
+
+    public static func write(_ value: Int32, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterUInt64: FfiConverterPrimitive {
     typealias FfiType = UInt64
     typealias SwiftType = UInt64
@@ -2808,16 +2824,17 @@ open class Lock: LockProtocol, @unchecked Sendable {
         return try! rustCall { uniffi_mqstate_uniffi_fn_clone_lock(self.handle, $0) }
     }
     /**
-     * A lock on `name`, taken as `holder`.
+     * A lock on `name`, taken as `holder`; with a `session`, as `holder:session`.
      */
-public convenience init(client: Client, name: Data, holder: Data)throws  {
+public convenience init(client: Client, name: Data, holder: Data, session: Data? = nil)throws  {
     let handle =
         try rustCallWithError(FfiConverterTypeMqstateError_lift) {
         uniffiCallStatus in
     uniffi_mqstate_uniffi_fn_constructor_lock_new(
         FfiConverterTypeClient_lower(client),
         FfiConverterData.lower(name),
-        FfiConverterData.lower(holder),uniffiCallStatus
+        FfiConverterData.lower(holder),
+        FfiConverterOptionData.lower(session),uniffiCallStatus
     )
 }
     self.init(unsafeFromHandle: handle)
@@ -5365,6 +5382,18 @@ public func benchRustGet(url: String, n: UInt32, depth: UInt32)async throws  -> 
         )
 }
 /**
+ * The core's order of two versions: -1, 0 or 1 (milliseconds, then counter, then node id).
+ */
+public func hlcCompare(a: Hlc, b: Hlc) -> Int32  {
+    return try!  FfiConverterInt32.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_mqstate_uniffi_fn_func_hlc_compare(
+        FfiConverterTypeHlc_lower(a),
+        FfiConverterTypeHlc_lower(b),uniffiCallStatus
+    )
+})
+}
+/**
  * The wire form of a version, as the state store writes it.
  */
 public func hlcFormat(hlc: Hlc)throws  -> String  {
@@ -5376,7 +5405,9 @@ public func hlcFormat(hlc: Hlc)throws  -> String  {
 })
 }
 /**
- * Parses the wire form of a version (`001696374425000:00000:node`).
+ * Parses the wire form of a version (`001696374425000:00000:node`, any zero padding). A
+ * malformed text is the caller's mistake: `InvalidArgument`, saying what is wrong (as in
+ * every binding).
  */
 public func hlcParse(text: String)throws  -> Hlc  {
     return try  FfiConverterTypeHlc_lift(try rustCallWithError(FfiConverterTypeMqstateError_lift) {
@@ -5415,10 +5446,13 @@ private let initializationResult: InitializationResult = {
     if (uniffi_mqstate_uniffi_checksum_func_bench_rust_get() != 650) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_mqstate_uniffi_checksum_func_hlc_compare() != 9527) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_mqstate_uniffi_checksum_func_hlc_format() != 63378) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_mqstate_uniffi_checksum_func_hlc_parse() != 59132) {
+    if (uniffi_mqstate_uniffi_checksum_func_hlc_parse() != 1904) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_mqstate_uniffi_checksum_func_version() != 27969) {
@@ -5610,7 +5644,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_mqstate_uniffi_checksum_constructor_lease_new() != 25115) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_mqstate_uniffi_checksum_constructor_lock_new() != 47291) {
+    if (uniffi_mqstate_uniffi_checksum_constructor_lock_new() != 41306) {
         return InitializationResult.apiChecksumMismatch
     }
 

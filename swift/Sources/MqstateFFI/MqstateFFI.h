@@ -636,7 +636,7 @@ void uniffi_mqstate_uniffi_fn_free_lock(uint64_t handle, RustCallStatus *_Nonnul
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_LOCK_NEW
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_LOCK_NEW
-uint64_t uniffi_mqstate_uniffi_fn_constructor_lock_new(uint64_t client, RustBuffer name, RustBuffer holder, RustCallStatus *_Nonnull out_status
+uint64_t uniffi_mqstate_uniffi_fn_constructor_lock_new(uint64_t client, RustBuffer name, RustBuffer holder, RustBuffer session, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_LOCK_EDIT
@@ -702,6 +702,11 @@ RustBuffer uniffi_mqstate_uniffi_fn_method_mqstateerror_kind(RustBuffer ptr, Rus
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FUNC_BENCH_RUST_GET
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FUNC_BENCH_RUST_GET
 uint64_t uniffi_mqstate_uniffi_fn_func_bench_rust_get(RustBuffer url, uint32_t n, uint32_t depth
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FUNC_HLC_COMPARE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FUNC_HLC_COMPARE
+int32_t uniffi_mqstate_uniffi_fn_func_hlc_compare(RustBuffer a, RustBuffer b, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FUNC_HLC_FORMAT
@@ -983,6 +988,12 @@ void ffi_mqstate_uniffi_rust_future_complete_void(uint64_t handle, RustCallStatu
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_FUNC_BENCH_RUST_GET
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_FUNC_BENCH_RUST_GET
 uint16_t uniffi_mqstate_uniffi_checksum_func_bench_rust_get(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_FUNC_HLC_COMPARE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_FUNC_HLC_COMPARE
+uint16_t uniffi_mqstate_uniffi_checksum_func_hlc_compare(void
     
 );
 #endif

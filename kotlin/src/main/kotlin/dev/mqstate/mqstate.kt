@@ -706,6 +706,8 @@ internal object IntegrityCheckingUniffiLib {
     internal fun ensureInitialized() = Unit
     external fun uniffi_mqstate_uniffi_checksum_func_bench_rust_get(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_func_hlc_compare(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_func_hlc_format(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_func_hlc_parse(
@@ -1009,7 +1011,7 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_mqstate_uniffi_fn_free_lock(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_mqstate_uniffi_fn_constructor_lock_new(`client`: Long,`name`: RustBuffer.ByValue,`holder`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_mqstate_uniffi_fn_constructor_lock_new(`client`: Long,`name`: RustBuffer.ByValue,`holder`: RustBuffer.ByValue,`session`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_mqstate_uniffi_fn_method_lock_edit(`ptr`: Long,`key`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,`editor`: Long,
     ): Long
@@ -1037,6 +1039,8 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_func_bench_rust_get(`url`: RustBuffer.ByValue,`n`: Int,`depth`: Int,
     ): Long
+    external fun uniffi_mqstate_uniffi_fn_func_hlc_compare(`a`: RustBuffer.ByValue,`b`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Int
     external fun uniffi_mqstate_uniffi_fn_func_hlc_format(`hlc`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_func_hlc_parse(`text`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -1165,10 +1169,13 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_func_bench_rust_get() and 0xFFFF) != 650) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_mqstate_uniffi_checksum_func_hlc_compare() and 0xFFFF) != 9527) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_mqstate_uniffi_checksum_func_hlc_format() and 0xFFFF) != 63378) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_func_hlc_parse() and 0xFFFF) != 59132) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_func_hlc_parse() and 0xFFFF) != 1904) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_func_version() and 0xFFFF) != 27969) {
@@ -1360,7 +1367,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_constructor_lease_new() and 0xFFFF) != 25115) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_constructor_lock_new() and 0xFFFF) != 47291) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_constructor_lock_new() and 0xFFFF) != 41306) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -1638,6 +1645,29 @@ public object FfiConverterUInt: FfiConverter<UInt, Int> {
 
     override fun write(value: UInt, buf: ByteBuffer) {
         buf.putInt(value.toInt())
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterInt: FfiConverter<Int, Int> {
+    override fun lift(value: Int): Int {
+        return value
+    }
+
+    override fun read(buf: ByteBuffer): Int {
+        return buf.getInt()
+    }
+
+    override fun lower(value: Int): Int {
+        return value
+    }
+
+    override fun allocationSize(value: Int) = 4UL
+
+    override fun write(value: Int, buf: ByteBuffer) {
+        buf.putInt(value)
     }
 }
 
@@ -5387,9 +5417,9 @@ open class Lock: Disposable, AutoCloseable, LockInterface
         this.cleanable = null
     }
     /**
-     * A lock on `name`, taken as `holder`.
+     * A lock on `name`, taken as `holder`; with a `session`, as `holder:session`.
      */
-    constructor(`client`: Client, `name`: kotlin.ByteArray, `holder`: kotlin.ByteArray) :
+    constructor(`client`: Client, `name`: kotlin.ByteArray, `holder`: kotlin.ByteArray, `session`: kotlin.ByteArray? = null) :
         this(UniffiWithHandle, 
     uniffiRustCallWithError(MqstateException) { _status ->
     UniffiLib.uniffi_mqstate_uniffi_fn_constructor_lock_new(
@@ -5397,7 +5427,8 @@ open class Lock: Disposable, AutoCloseable, LockInterface
         
         FfiConverterTypeClient.lower(`client`),
         FfiConverterByteArray.lower(`name`),
-        FfiConverterByteArray.lower(`holder`),_status)
+        FfiConverterByteArray.lower(`holder`),
+        FfiConverterOptionalByteArray.lower(`session`),_status)
 }
     )
 
@@ -8273,6 +8304,21 @@ public object FfiConverterMapStringString: FfiConverterRustBuffer<Map<kotlin.Str
     }
 
         /**
+         * The core's order of two versions: -1, 0 or 1 (milliseconds, then counter, then node id).
+         */ fun `hlcCompare`(`a`: Hlc, `b`: Hlc): kotlin.Int {
+            return FfiConverterInt.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_func_hlc_compare(
+    
+        
+        FfiConverterTypeHlc.lower(`a`),
+        FfiConverterTypeHlc.lower(`b`),_status)
+}
+    )
+    }
+    
+
+        /**
          * The wire form of a version, as the state store writes it.
          */
     @Throws(MqstateException::class) fun `hlcFormat`(`hlc`: Hlc): kotlin.String {
@@ -8288,7 +8334,9 @@ public object FfiConverterMapStringString: FfiConverterRustBuffer<Map<kotlin.Str
     
 
         /**
-         * Parses the wire form of a version (`001696374425000:00000:node`).
+         * Parses the wire form of a version (`001696374425000:00000:node`, any zero padding). A
+         * malformed text is the caller's mistake: `InvalidArgument`, saying what is wrong (as in
+         * every binding).
          */
     @Throws(MqstateException::class) fun `hlcParse`(`text`: kotlin.String): Hlc {
             return FfiConverterTypeHlc.lift(
