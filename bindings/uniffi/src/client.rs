@@ -10,7 +10,7 @@ use mqstate::SetOptions;
 use crate::errors::{MqstateError, invalid};
 use crate::observe::Observation;
 use crate::options::ConnectOptions;
-use crate::runtime::run;
+use crate::runtime::{call, run};
 use crate::types::{Hlc, to_core};
 
 /// A value and its version.
@@ -100,7 +100,7 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Option<Versioned>, MqstateError> {
         let client = self.with_timeout(timeout);
-        let got = run(async move { client.get(&key).await }).await?;
+        let got = call(async move { client.get(&key).await }).await?;
         Ok(got.map(|v| Versioned {
             value: v.value.to_vec(),
             version: v.version.into(),
@@ -146,7 +146,7 @@ impl Client {
         if let Some(token) = to_core(fencing_token)? {
             options = options.fencing_token(token);
         }
-        let outcome = run(async move { client.set(&key, &value, options).await }).await?;
+        let outcome = call(async move { client.set(&key, &value, options).await }).await?;
         Ok(SetResult {
             applied: outcome.applied,
             version: outcome.version.into(),
@@ -163,7 +163,7 @@ impl Client {
     ) -> Result<u32, MqstateError> {
         let client = self.with_timeout(timeout);
         let token = to_core(fencing_token)?;
-        run(async move { client.del(&key, token.as_ref()).await }).await
+        call(async move { client.del(&key, token.as_ref()).await }).await
     }
 
     /// `VDEL key value`: deletes the key only if it holds `value`.
@@ -177,7 +177,7 @@ impl Client {
     ) -> Result<VdelOutcome, MqstateError> {
         let client = self.with_timeout(timeout);
         let token = to_core(fencing_token)?;
-        let outcome = run(async move { client.vdel(&key, &value, token.as_ref()).await }).await?;
+        let outcome = call(async move { client.vdel(&key, &value, token.as_ref()).await }).await?;
         Ok(match outcome {
             mqstate::VdelOutcome::Deleted => VdelOutcome::Deleted,
             mqstate::VdelOutcome::NotFound => VdelOutcome::NotFound,

@@ -55,6 +55,39 @@ where
     }
 }
 
+/// Runs `future` in the library runtime's context, polled directly by the caller's executor
+/// (no task spawned): for short request/response calls, whose work is done by the
+/// connection task already on the runtime; they only need the runtime's timers. Dropping the
+/// future (a cancelled coroutine) drops the request, as in Rust.
+pub(crate) async fn call<T, E, F>(future: F) -> Result<T, MqstateError>
+where
+    F: Future<Output = Result<T, E>> + Send,
+    E: Into<MqstateError>,
+{
+    let handle = runtime()?.handle().clone();
+    InRuntime {
+        future: Box::pin(future),
+        handle,
+    }
+    .await
+    .map_err(Into::into)
+}
+
+/// A future polled with the runtime's context entered.
+struct InRuntime<F: Future> {
+    future: Pin<Box<F>>,
+    handle: tokio::runtime::Handle,
+}
+
+impl<F: Future> Future for InRuntime<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _entered = self.handle.enter();
+        self.future.as_mut().poll(cx)
+    }
+}
+
 /// A task handle that aborts the task when dropped (a cancelled foreign call).
 struct AbortOnDrop<T>(JoinHandle<T>);
 
