@@ -357,7 +357,7 @@ async def test_async_lock_edit_awaits_a_coroutine_function(server: LocalServer, 
 
 
 def test_blocking_lock_edit_refuses_a_coroutine_function(server: LocalServer, key: str) -> None:
-    with mqstate.Client.connect(server.url) as c:
+    with mqstate.Client(server.url) as c:
         lock = mqstate.Lock(c, key + "/lock", "me")
 
         async def coroutine_function(old: bytes | None) -> bytes:
