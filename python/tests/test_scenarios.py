@@ -207,6 +207,7 @@ class Run:
                 try:
                     n = await self.next_item(observation)
                 except mqstate.Lagged as e:
+                    assert isinstance(e.missed, int) and e.missed > 0, f"lagged without a count: {e}"
                     lost += e.missed
                     lags += 1
                     continue
