@@ -605,7 +605,11 @@ macro_rules! guard_class {
 
             /// Releases (idempotent): whether the lock was still ours, or `False` when
             /// `exiting` (`__exit__` / `__aexit__` must not swallow the block's exception).
-            fn release_with<'py>(&self, py: Python<'py>, exiting: bool) -> PyResult<Bound<'py, PyAny>> {
+            fn release_with<'py>(
+                &self,
+                py: Python<'py>,
+                exiting: bool,
+            ) -> PyResult<Bound<'py, PyAny>> {
                 let guard = self.guard.take();
                 <$mode>::run(py, async move {
                     let released = match guard {
