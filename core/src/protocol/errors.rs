@@ -120,7 +120,7 @@ impl Error {
     /// ```
     /// use mqstate::Error;
     /// assert_eq!(Error::Lagged(7).missed(), Some(7));
-    /// assert_eq!(Error::Timeout("late".into()).missed(), None);
+    /// assert_eq!(Error::InvalidArgument("bad".into()).missed(), None);
     /// ```
     pub fn missed(&self) -> Option<u64> {
         match self {
