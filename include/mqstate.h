@@ -319,6 +319,19 @@ typedef struct mqstate_iothub_device mqstate_iothub_device;
 typedef struct mqstate_lease mqstate_lease;
 
 /**
+ * One lease event, from `mqstate_lease_events_next`; free with `mqstate_lease_event_free`.
+ */
+typedef struct mqstate_lease_event mqstate_lease_event;
+
+/**
+ * The events of one lease from the moment it was made (`mqstate_lease_events_new`; events
+ * before that are not seen). Read them with `mqstate_lease_events_next`; free with
+ * `mqstate_lease_events_free`. Several streams of one lease each see every event. A reader
+ * more than 64 events behind skips the oldest ones. Thread-safe (reads are serialised).
+ */
+typedef struct mqstate_lease_events mqstate_lease_events;
+
+/**
  * A lock: a lease used as a mutex. `mqstate_lock_lock` waits for it and returns a guard
  * with the fencing token. Thread-safe; free with `mqstate_lock_free`.
  */
@@ -734,6 +747,54 @@ mqstate_status mqstate_c2d_message_is_redelivery(const struct mqstate_c2d_messag
 void mqstate_c2d_message_free(struct mqstate_c2d_message *message);
 
 /**
+ * Starts reading `lease`'s events: `*events_out` receives a new stream, which sees the
+ * events that happen from now on (make it before `mqstate_lease_auto_renew` to see every
+ * renewal).
+ */
+mqstate_status mqstate_lease_events_new(const struct mqstate_lease *lease,
+                                        struct mqstate_lease_events **events_out);
+
+/**
+ * Waits up to `timeout_ms` for the next event. `MQSTATE_OK`: `*event_out` is a new event
+ * (`mqstate_lease_event_name` says which); `MQSTATE_TIMEOUT`: none came in time (nothing is
+ * written; call again). Must not be called from inside a callback of this library.
+ */
+mqstate_status mqstate_lease_events_next(const struct mqstate_lease_events *events,
+                                         uint64_t timeout_ms,
+                                         struct mqstate_lease_event **event_out);
+
+/**
+ * Frees a stream of lease events. NULL is a no-op.
+ */
+void mqstate_lease_events_free(struct mqstate_lease_events *events);
+
+/**
+ * The event's name, the same in every language: `"acquired"`, `"renewed"`, `"lost"` or
+ * `"released"` (new names may be added). NUL-terminated, borrowed from the event.
+ */
+mqstate_status mqstate_lease_event_name(const struct mqstate_lease_event *event,
+                                        const char **name_out);
+
+/**
+ * The fencing token of an `acquired` or `renewed` event, borrowed from the event
+ * (`mqstate_version_clone` keeps it); `MQSTATE_NOT_FOUND` for the other events.
+ */
+mqstate_status mqstate_lease_event_token(const struct mqstate_lease_event *event,
+                                         const struct mqstate_version **token_out);
+
+/**
+ * Why the lease was lost, for a `lost` event (NUL-terminated, borrowed from the event);
+ * `MQSTATE_NOT_FOUND` for the other events.
+ */
+mqstate_status mqstate_lease_event_reason(const struct mqstate_lease_event *event,
+                                          const char **reason_out);
+
+/**
+ * Frees a lease event. NULL is a no-op.
+ */
+void mqstate_lease_event_free(struct mqstate_lease_event *event);
+
+/**
  * Creates a lease on key `name`, held as `holder` (bytes; empty not allowed). Nothing is
  * sent until `mqstate_lease_acquire`.
  */
@@ -743,6 +804,20 @@ mqstate_status mqstate_lease_new(const struct mqstate_client *client,
                                  const uint8_t *holder,
                                  size_t holder_len,
                                  struct mqstate_lease **lease_out);
+
+/**
+ * Like `mqstate_lease_new`, held as `holder:session` (the core's `Lease::with_session_id`),
+ * so that two processes with the same holder name exclude each other. `session` may be
+ * NULL when `session_len` is 0.
+ */
+mqstate_status mqstate_lease_new_with_session(const struct mqstate_client *client,
+                                              const uint8_t *name,
+                                              size_t name_len,
+                                              const uint8_t *holder,
+                                              size_t holder_len,
+                                              const uint8_t *session,
+                                              size_t session_len,
+                                              struct mqstate_lease **lease_out);
 
 /**
  * Tries once to acquire (or, if this holder already holds it, renew) the lease for
@@ -1016,6 +1091,14 @@ mqstate_status mqstate_notification_synthesized(const struct mqstate_notificatio
 mqstate_status mqstate_notification_error(const struct mqstate_notification *notification,
                                           mqstate_status *status_out,
                                           const char **message_out);
+
+/**
+ * For an `MQSTATE_LAGGED` error notification: how many notifications were dropped before
+ * it (the observation goes on after it; read the key again to resynchronise).
+ * `MQSTATE_NOT_FOUND` for every other notification.
+ */
+mqstate_status mqstate_notification_missed(const struct mqstate_notification *notification,
+                                           uint64_t *missed_out);
 
 /**
  * Options for plain TCP to `host:port`, with the defaults: a generated client id,

@@ -34,7 +34,8 @@ export type ErrorCode = 'ERR_INVALID_ARGUMENT' | 'ERR_TIMEOUT' | 'ERR_DISCONNECT
  * An error from this package: an `Error` with a stable `code`. Service errors (`ERR_SERVICE`:
  * the state store answered `-ERR ...`) also have `serviceKind` (`quota_exceeded`,
  * `fencing_token_required`, `fencing_token_lower_version`, ..., or `unknown`) and
- * `serviceText` (the server's text). A cancelled call is an `AbortError` (`ABORT_ERR`) whose
+ * `serviceText` (the server's text). A lagging observation's `ERR_LAGGED` error has `missed`,
+ * the number of notifications it dropped. A cancelled call is an `AbortError` (`ABORT_ERR`) whose
  * `cause` is the signal's reason.
  */
 export interface MqstateError extends Error {
@@ -43,6 +44,8 @@ export interface MqstateError extends Error {
     serviceText?: string;
     /** For `Hlc.parse`: the stable code of what was wrong (`too_few_parts`, `invalid_ms`...). */
     reason?: string;
+    /** For `ERR_LAGGED`: how many notifications the observation dropped (it goes on). */
+    missed?: number;
 }
 /** True for the errors of this package (an `Error` with one of the {@link ErrorCode}s). */
 export declare function isMqstateError(e: unknown): e is MqstateError;

@@ -37,24 +37,33 @@
 
 // The layers (docs/architecture.md): `protocol` is pure (codec, clock, topics, errors; no
 // I/O), `client` is the networked client on top of it, `lock` is built on the public client
-// API, `blocking` wraps the client for non-async callers.
+// API, `blocking` wraps the client for non-async callers. The networked layers are the
+// `client` feature (on by default); without it the crate is the protocol part only (and the
+// pure IoT Hub parts: property bags, SAS tokens, message content), which is what the local
+// server's store is built on.
+#[cfg(feature = "client")]
 pub mod blocking;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod iothub;
+#[cfg(feature = "client")]
 pub mod lock;
 pub mod protocol;
 
 // The paths of the flat layout, kept for downstream code.
+#[cfg(feature = "client")]
 pub use client::options;
 pub use protocol::errors as error;
 pub use protocol::{hlc, instance, resp3, topics};
 
-pub use client::rpc::PERSISTENCE_PROPERTY;
+#[cfg(feature = "client")]
 pub use client::{
     Client, ConnectionState, KeyNotification, KeyObservation, SetOptions, SetOutcome, VdelOutcome,
     Versioned,
 };
 pub use error::{Error, ErrorKind, ServiceError};
 pub use hlc::{Hlc, HlcClock};
+#[cfg(feature = "client")]
 pub use options::{ConnectOptions, ReconnectPolicy, TlsOptions};
+pub use protocol::PERSISTENCE_PROPERTY;
 pub use resp3::{NotifyOperation, SetCondition};

@@ -458,7 +458,19 @@ fn blocking_lease_and_election() {
 
     let la = mqstate::lock::blocking::Lease::new(&a, "blocking/lease", "A").unwrap();
     let lb = mqstate::lock::blocking::Lease::new(&b, "blocking/lease", "B").unwrap();
+    // Events read from this thread, outside the runtime (the C binding's path).
+    let mut events = la.events();
+    assert_eq!(
+        la.next_event(&mut events, Duration::from_millis(50))
+            .unwrap(),
+        None
+    );
     let token = la.acquire(Duration::from_secs(30)).unwrap().unwrap();
+    let acquired = la.next_event(&mut events, WAIT).unwrap().unwrap();
+    assert_eq!(
+        (acquired.name(), acquired.token()),
+        ("acquired", Some(&token))
+    );
     assert!(lb.acquire(Duration::from_secs(30)).unwrap().is_none());
     assert_eq!(la.holder().unwrap().unwrap(), "A");
     la.auto_renew(0.5).unwrap();

@@ -4,7 +4,8 @@
 //! `ERR_SERVICE`, ...), so a new kind in the core gets its JS code with no change here. A
 //! service error also carries `serviceKind` (the core's [`ServiceError::kind_str`]:
 //! `quota_exceeded`, `fencing_token_required`, ..., `unknown`) and `serviceText` (the server's
-//! text, verbatim). A cancelled call is an `AbortError` with code `ABORT_ERR`, as in Node's
+//! text, verbatim). A lagged observation's error (`ERR_LAGGED`) carries `missed`, the number
+//! of notifications dropped (the core's [`Error::missed`]). A cancelled call is an `AbortError` with code `ABORT_ERR`, as in Node's
 //! own APIs.
 
 use mqstate::{Error, ErrorKind};
@@ -35,6 +36,7 @@ pub(crate) fn js_error(env: &Env, error: &Error, extra: &[(&str, &str)]) -> napi
         None,
         &error.to_string(),
         &props,
+        error.missed(),
     )
 }
 
@@ -46,6 +48,7 @@ pub(crate) fn abort_error(env: &Env) -> napi::Error {
         Some("AbortError"),
         "The operation was aborted",
         &[],
+        None,
     )
 }
 
@@ -67,6 +70,7 @@ fn build(
     name: Option<&str>,
     message: &str,
     props: &[(&str, &str)],
+    missed: Option<u64>,
 ) -> napi::Error {
     let made = (|| -> napi::Result<Object<'_>> {
         let mut object = env.create_error(napi::Error::new(Status::GenericFailure, message))?;
@@ -76,6 +80,10 @@ fn build(
         }
         for (key, value) in props {
             object.set(key, *value)?;
+        }
+        if let Some(missed) = missed {
+            // A JS number: exact up to 2^53, far beyond any count of dropped notifications.
+            object.set("missed", missed as f64)?;
         }
         Ok(object)
     })();

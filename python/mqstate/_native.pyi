@@ -3,7 +3,7 @@
 import asyncio
 import datetime
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
 from typing import Any, Final, Generic, Literal, TypeVar, final
 
@@ -601,7 +601,9 @@ class Lock:
     ) -> bytes | None:
         """A fenced read-modify-write under the lock: ``f(old)`` gives the new value (None
         deletes the key); an exception raised by ``f`` writes nothing and propagates. The lock
-        is released in every case; ``mqstate.TimeoutError`` if it could not be had in time."""
+        is released in every case; ``mqstate.TimeoutError`` if it could not be had in time.
+        ``f`` is a plain function (``TypeError`` if it returns an awaitable: use
+        ``AsyncLock.edit`` for a coroutine function)."""
 
 @final
 class AsyncLock:
@@ -626,9 +628,11 @@ class AsyncLock:
         key: _Bytes,
         ttl: _Duration,
         timeout: _Duration,
-        f: Callable[[bytes | None], _Bytes | None],
+        f: Callable[[bytes | None], _Bytes | None | Awaitable[_Bytes | None]],
     ) -> asyncio.Future[bytes | None]:
-        """``Lock.edit`` for asyncio (``f`` is a plain function)."""
+        """``Lock.edit`` for asyncio. ``f`` may be a coroutine function (``async def``): its
+        result is awaited on the running loop while the lock is held, and may itself await
+        the client. A plain function works too."""
 
 @final
 class LeaderElection:

@@ -313,6 +313,10 @@ trait Mode {
     where
         F: std::future::Future<Output = PyResult<T>> + Send + 'static,
         T: for<'a> IntoPyObject<'a> + Send + 'static;
+
+    /// The event loop on which an edit function's awaitable runs (`AsyncLock.edit`); `None`
+    /// in the blocking classes, whose edit functions must return the value itself.
+    fn event_loop(py: Python<'_>) -> PyResult<Option<Py<PyAny>>>;
 }
 
 /// The blocking classes (`Lease`, ...).
@@ -335,6 +339,10 @@ impl Mode for Blocking {
     {
         wait(py, future)??.into_bound_py_any(py)
     }
+
+    fn event_loop(_py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(None)
+    }
 }
 
 /// The asyncio classes (`AsyncLease`, ...).
@@ -356,6 +364,11 @@ impl Mode for Asyncio {
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
         aio::spawn_fallible(py, future)
+    }
+
+    fn event_loop(py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+        Ok(Some(event_loop.unbind()))
     }
 }
 
@@ -570,115 +583,117 @@ impl Drop for GuardSlot {
     }
 }
 
-/// A held lock (blocking): `token` fences the writes it protects; `release()` or the end of
-/// its `with` block releases it (dropping it releases it in the background).
-#[pyclass(module = "mqstate", name = "LockGuard", frozen)]
-#[derive(Debug)]
-pub(crate) struct LockGuard {
-    guard: GuardSlot,
-    token: mqstate::Hlc,
+/// A guard class: `LockGuard` (blocking, `with`) or `AsyncLockGuard` (asyncio, `async with`),
+/// the same methods over [`Mode`]; `$extra` adds the context-manager methods of each.
+macro_rules! guard_class {
+    ($name:ident, $py_name:literal, $mode:ty, $doc:literal, { $($extra:tt)* }) => {
+        #[doc = $doc]
+        #[pyclass(module = "mqstate", name = $py_name, frozen)]
+        #[derive(Debug)]
+        pub(crate) struct $name {
+            guard: GuardSlot,
+            token: mqstate::Hlc,
+        }
+
+        impl $name {
+            fn new(guard: core::LockGuard) -> Self {
+                $name {
+                    token: guard.token().clone(),
+                    guard: GuardSlot(Mutex::new(Some(guard))),
+                }
+            }
+
+            /// Releases (idempotent): whether the lock was still ours, or `False` when
+            /// `exiting` (`__exit__` / `__aexit__` must not swallow the block's exception).
+            fn release_with<'py>(
+                &self,
+                py: Python<'py>,
+                exiting: bool,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let guard = self.guard.take();
+                <$mode>::run(py, async move {
+                    let released = match guard {
+                        Some(guard) => guard.unlock().await?,
+                        None => false,
+                    };
+                    Ok(released && !exiting)
+                })
+            }
+        }
+
+        #[pymethods]
+        impl $name {
+            #[getter]
+            fn token(&self) -> Hlc {
+                Hlc(self.token.clone())
+            }
+
+            /// Whether this guard has not been released yet.
+            #[getter]
+            fn held(&self) -> bool {
+                self.guard.held()
+            }
+
+            /// Releases the lock (idempotent): true if it was still ours.
+            fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.release_with(py, false)
+            }
+
+            fn __repr__(&self) -> String {
+                format!(
+                    concat!("<mqstate.", $py_name, " token={}{}>"),
+                    self.token,
+                    if self.guard.held() { "" } else { " released" }
+                )
+            }
+
+            $($extra)*
+        }
+    };
 }
 
-#[pymethods]
-impl LockGuard {
-    #[getter]
-    fn token(&self) -> Hlc {
-        Hlc(self.token.clone())
-    }
+guard_class!(
+    LockGuard,
+    "LockGuard",
+    Blocking,
+    "A held lock (blocking): `token` fences the writes it protects; `release()` or the end of \
+     its `with` block releases it (dropping it releases it in the background).",
+    {
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
 
-    /// Whether this guard has not been released yet.
-    #[getter]
-    fn held(&self) -> bool {
-        self.guard.held()
-    }
-
-    /// Releases the lock (idempotent): true if it was still ours.
-    fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        match self.guard.take() {
-            Some(guard) => wait(py, guard.unlock())?.or_raise(py),
-            None => Ok(false),
+        #[pyo3(signature = (*_exc_info))]
+        fn __exit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.release_with(py, true)
         }
     }
+);
 
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
+guard_class!(
+    AsyncLockGuard,
+    "AsyncLockGuard",
+    Asyncio,
+    "A held lock (asyncio): like `LockGuard`, with `await release()` and `async with`.",
+    {
+        fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            aio::ready(slf.py(), slf.clone())
+        }
+
+        #[pyo3(signature = (*_exc_info))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.release_with(py, true)
+        }
     }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.release(py)?;
-        Ok(false)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<mqstate.LockGuard token={}{}>",
-            self.token,
-            if self.guard.held() { "" } else { " released" }
-        )
-    }
-}
-
-/// A held lock (asyncio): like `LockGuard`, with `await release()` and `async with`.
-#[pyclass(module = "mqstate", name = "AsyncLockGuard", frozen)]
-#[derive(Debug)]
-pub(crate) struct AsyncLockGuard {
-    guard: Arc<GuardSlot>,
-    token: mqstate::Hlc,
-}
-
-impl AsyncLockGuard {
-    /// Releases; the awaitable gives whether the lock was still ours, or `False` for
-    /// `__aexit__` (`exiting`), which must not swallow the block's exception.
-    fn release_future<'py>(&self, py: Python<'py>, exiting: bool) -> PyResult<Bound<'py, PyAny>> {
-        let guard = self.guard.take();
-        aio::spawn(py, async move {
-            let released = match guard {
-                Some(guard) => guard.unlock().await?,
-                None => false,
-            };
-            Ok(released && !exiting)
-        })
-    }
-}
-
-#[pymethods]
-impl AsyncLockGuard {
-    #[getter]
-    fn token(&self) -> Hlc {
-        Hlc(self.token.clone())
-    }
-
-    #[getter]
-    fn held(&self) -> bool {
-        self.guard.held()
-    }
-
-    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.release_future(py, false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        aio::ready(slf.py(), slf.clone())
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_info: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.release_future(py, true)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<mqstate.AsyncLockGuard token={}{}>",
-            self.token,
-            if self.guard.held() { "" } else { " released" }
-        )
-    }
-}
+);
 
 fn new_lock(
     py: Python<'_>,
@@ -722,27 +737,123 @@ impl EditError {
 }
 
 /// The edit the core runs under the lock: `f(old)` (bytes or None) must return bytes, str
-/// or None (delete); an exception it raises abandons the edit.
+/// or None (delete), or, given an `event_loop` (`AsyncLock.edit`), an awaitable of one (a
+/// coroutine function's result), awaited on that loop; an exception it raises abandons the
+/// edit.
 async fn edit_with(
     lock: core::Lock,
     key: Vec<u8>,
     ttl: std::time::Duration,
     timeout: std::time::Duration,
     f: Py<PyAny>,
+    event_loop: Option<Py<PyAny>>,
 ) -> Result<Option<bytes::Bytes>, EditError> {
     lock.edit_async(key, ttl, timeout, |old| async move {
-        Python::attach(|py| {
+        let returned = Python::attach(|py| {
             let old = old.map(|v| PyBytes::new(py, &v));
-            let new = f.bind(py).call1((old,))?;
-            if new.is_none() {
+            let returned = f.bind(py).call1((old,))?;
+            if !is_awaitable(&returned)? {
+                return Ok(Returned::Value(returned.unbind()));
+            }
+            match &event_loop {
+                Some(event_loop) => Ok(Returned::Pending(schedule(event_loop.bind(py), returned)?)),
+                None => {
+                    // Never awaited: close a coroutine so that Python does not warn about it.
+                    if returned.hasattr("close")? {
+                        returned.call_method0("close")?;
+                    }
+                    Err(pyo3::exceptions::PyTypeError::new_err(
+                        "Lock.edit takes a plain function, and f returned an awaitable: \
+                         use AsyncLock.edit for a coroutine function",
+                    ))
+                }
+            }
+        })
+        .map_err(EditError::Raised)?;
+        let value = match returned {
+            Returned::Value(value) => value,
+            Returned::Pending(outcome) => outcome
+                .await
+                .map_err(|_| {
+                    EditError::Raised(pyo3::exceptions::PyRuntimeError::new_err(
+                        "the edit function's awaitable was dropped by its event loop",
+                    ))
+                })?
+                .map_err(EditError::Raised)?,
+        };
+        Python::attach(|py| {
+            let value = value.bind(py);
+            if value.is_none() {
                 return Ok(None);
             }
-            let value = bytes_arg(&new, "the value returned by f")?;
-            Ok(Some(bytes::Bytes::copy_from_slice(value)))
+            let bytes = bytes_arg(value, "the value returned by f")?;
+            Ok(Some(bytes::Bytes::copy_from_slice(bytes)))
         })
         .map_err(EditError::Raised)
     })
     .await
+}
+
+/// What the edit function returned: the value, or the outcome of its awaitable.
+enum Returned {
+    Value(Py<PyAny>),
+    Pending(tokio::sync::oneshot::Receiver<PyResult<Py<PyAny>>>),
+}
+
+fn is_awaitable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = value.py();
+    py.import("inspect")?
+        .call_method1("isawaitable", (value,))?
+        .is_truthy()
+}
+
+/// The outcome of an edit function's awaitable, sent from the event loop's thread.
+type Outcome = tokio::sync::oneshot::Sender<PyResult<Py<PyAny>>>;
+
+/// Runs `awaitable` as a task of `event_loop` (started from this runtime thread, which is not
+/// the loop's, with `call_soon_threadsafe`) and gives its outcome through a channel that the
+/// core's edit awaits; the runtime thread never blocks on the loop.
+fn schedule(
+    event_loop: &Bound<'_, PyAny>,
+    awaitable: Bound<'_, PyAny>,
+) -> PyResult<tokio::sync::oneshot::Receiver<PyResult<Py<PyAny>>>> {
+    let py = event_loop.py();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // Shared by the start and done callbacks: whichever finishes first sends.
+    let outcome: Arc<Mutex<Option<Outcome>>> = Arc::new(Mutex::new(Some(tx)));
+    let send = move |outcome: &Mutex<Option<Outcome>>, result: PyResult<Py<PyAny>>| {
+        if let Some(tx) = outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = tx.send(result);
+        }
+    };
+    let awaitable = awaitable.unbind();
+    let start = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
+        let py = args.py();
+        let on_done = outcome.clone();
+        let started = (|| -> PyResult<()> {
+            let task = py
+                .import("asyncio")?
+                .call_method1("ensure_future", (awaitable.bind(py),))?;
+            let done = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _| {
+                let result = args
+                    .get_item(0)
+                    .and_then(|task| task.call_method0("result"))
+                    .map(Bound::unbind);
+                send(&on_done, result);
+            })?;
+            task.call_method1("add_done_callback", (done,))?;
+            Ok(())
+        })();
+        if let Err(e) = started {
+            send(&outcome, Err(e));
+        }
+    })?;
+    event_loop.call_method1("call_soon_threadsafe", (start,))?;
+    Ok(rx)
 }
 
 /// A lock class: `Lock` (blocking, over `Client`) or `AsyncLock` (asyncio, over
@@ -803,8 +914,9 @@ macro_rules! lock_class {
                 let ttl = positive_duration_arg(ttl, "ttl")?;
                 let timeout = positive_duration_arg(timeout, "timeout")?;
                 let lock = self.inner.clone();
+                let event_loop = <$mode>::event_loop(py)?;
                 <$mode>::run_py(py, async move {
-                    edit_with(lock, key, ttl, timeout, f)
+                    edit_with(lock, key, ttl, timeout, f, event_loop)
                         .await
                         .map(|v| v.map(BytesOut))
                         .map_err(|e| Python::attach(|py| e.into_py(py)))
@@ -839,10 +951,7 @@ lock_class!(
             let ttl = positive_duration_arg(ttl, "ttl")?;
             let timeout = positive_duration_arg(timeout, "timeout")?;
             let guard = wait(py, self.inner.lock(ttl, timeout))?.or_raise(py)?;
-            Ok(LockGuard {
-                token: guard.token().clone(),
-                guard: GuardSlot(Mutex::new(Some(guard))),
-            })
+            Ok(LockGuard::new(guard))
         }
     }
 );
@@ -867,11 +976,7 @@ lock_class!(
             let timeout = positive_duration_arg(timeout, "timeout")?;
             let lock = self.inner.clone();
             let future = aio::spawn(py, async move {
-                let guard = lock.lock(ttl, timeout).await?;
-                Ok(AsyncLockGuard {
-                    token: guard.token().clone(),
-                    guard: Arc::new(GuardSlot(Mutex::new(Some(guard)))),
-                })
+                Ok(AsyncLockGuard::new(lock.lock(ttl, timeout).await?))
             })?;
             Ok(Pending::new(future))
         }

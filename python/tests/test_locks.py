@@ -319,3 +319,51 @@ async def test_async_lock_edit(server: LocalServer, key: str) -> None:
         with pytest.raises(ZeroDivisionError):
             await lock.edit(key, 5, 10, fail)
         assert await lock.holder() is None
+
+
+@pytest.mark.asyncio
+async def test_async_lock_edit_awaits_a_coroutine_function(server: LocalServer, key: str) -> None:
+    async with mqstate.AsyncClient.connect(server.url) as c:
+        lock = mqstate.AsyncLock(c, key + "/lock", "me")
+        seen: list[bytes | None] = []
+
+        async def append(old: bytes | None) -> bytes:
+            seen.append(old)
+            # Awaits on the client's own loop while the lock is held: the edit waits for it.
+            previous = await c.get(key)
+            await asyncio.sleep(0.01)
+            return (previous or b"") + b"+"
+
+        assert await lock.edit(key, 5, 10, append) == b"+"
+        assert await lock.edit(key, 5, 10, append) == b"++"
+        assert seen == [None, b"+"]
+        assert await c.get(key) == b"++"
+
+        async def refuse(old: bytes | None) -> bytes | None:
+            await asyncio.sleep(0)
+            raise ZeroDivisionError(old)
+
+        with pytest.raises(ZeroDivisionError):
+            await lock.edit(key, 5, 10, refuse)
+        assert await c.get(key) == b"++"  # nothing written
+        assert await lock.holder() is None  # and unlocked
+
+        async def not_bytes(old: bytes | None) -> object:
+            return 42
+
+        with pytest.raises(TypeError):
+            await lock.edit(key, 5, 10, not_bytes)  # type: ignore[arg-type]
+        assert await lock.holder() is None
+
+
+def test_blocking_lock_edit_refuses_a_coroutine_function(server: LocalServer, key: str) -> None:
+    with mqstate.Client(server.url) as c:
+        lock = mqstate.Lock(c, key + "/lock", "me")
+
+        async def coroutine_function(old: bytes | None) -> bytes:
+            return b"never"
+
+        with pytest.raises(TypeError):
+            lock.edit(key, 5, 10, coroutine_function)  # type: ignore[arg-type]
+        assert c.get(key) is None
+        assert lock.holder() is None

@@ -207,6 +207,7 @@ class Run:
                 try:
                     n = await self.next_item(observation)
                 except mqstate.Lagged as e:
+                    assert isinstance(e.missed, int) and e.missed > 0, f"lagged without a count: {e}"
                     lost += e.missed
                     lags += 1
                     continue
@@ -258,9 +259,17 @@ class Run:
                 seen.append(old)
                 return new_value
 
+            async def edit_async(old: bytes | None) -> bytes | None:
+                await asyncio.sleep(0)
+                return edit(old)
+
+            # The asyncio API gets a coroutine function (AsyncLock.edit awaits its result).
             written = await resolve(
                 lock.edit(
-                    self.key(step, "key"), step["ttl_ms"] / 1000, step["timeout_ms"] / 1000, edit
+                    self.key(step, "key"),
+                    step["ttl_ms"] / 1000,
+                    step["timeout_ms"] / 1000,
+                    edit_async if self.is_async else edit,
                 )
             )
             assert len(seen) == 1, f"the edit function was called {len(seen)} times"

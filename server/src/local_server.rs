@@ -79,14 +79,16 @@ pub struct ServerConfig {
     /// authentication unless [`SecurityConfig::insecure`] is set.
     pub security: SecurityConfig,
     /// With an external broker: how the store connects to it (TLS, user name and password,
-    /// K8S-SAT), as the core client's options; see [`ServerConfig::attach`].
+    /// K8S-SAT), as the core client's options; see [`ServerConfig::attach`]. Attach mode
+    /// is the server's one use of the core's client layer (feature `client`, on by default).
+    #[cfg(feature = "client")]
     pub attach: Option<mqstate::ConnectOptions>,
 }
 
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerConfig")
-            .field("broker", &self.broker)
+        let mut d = f.debug_struct("ServerConfig");
+        d.field("broker", &self.broker)
             .field("bind", &self.bind)
             .field("port", &self.port)
             .field("max_keys", &self.max_keys)
@@ -101,9 +103,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("dashboard", &self.dashboard)
             .field("data_dir", &self.data_dir)
             .field("persist_mode", &self.persist_mode)
-            .field("security", &self.security)
-            .field("attach", &self.attach)
-            .finish()
+            .field("security", &self.security);
+        #[cfg(feature = "client")]
+        d.field("attach", &self.attach);
+        d.finish()
     }
 }
 
@@ -126,6 +129,7 @@ impl Default for ServerConfig {
             data_dir: None,
             persist_mode: PersistMode::All,
             security: SecurityConfig::default(),
+            #[cfg(feature = "client")]
             attach: None,
         }
     }
@@ -169,6 +173,7 @@ impl ServerConfig {
     /// assert_eq!(o.username.as_deref(), Some("store"));
     /// assert!(o.tls.is_some());
     /// ```
+    #[cfg(feature = "client")]
     pub fn attach(url: &str) -> Result<Self, ServerError> {
         let options = mqstate::ConnectOptions::from_url(url)
             .map_err(|e| ServerError::Config(format!("broker URL {url:?}: {e}")))?;
@@ -427,6 +432,7 @@ impl LocalServer {
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);
         service_config.confine_response_topics = store_credentials.is_some();
         service_config.credentials = store_credentials;
+        #[cfg(feature = "client")]
         if let (false, Some(attach)) = (embedded, &config.attach) {
             apply_attach_options(&mut service_config, attach)?;
         }
@@ -596,6 +602,7 @@ impl LocalServer {
 
 /// The store's connection to an external broker from the core client's options: TLS (the
 /// core builds the rustls configuration), user name and password (or password file), SAT.
+#[cfg(feature = "client")]
 fn apply_attach_options(
     service: &mut ServiceConfig,
     options: &mqstate::ConnectOptions,

@@ -65,9 +65,9 @@ fn write_holder(
 #[allow(non_camel_case_types, reason = "C type name")]
 #[derive(Debug)]
 pub struct mqstate_lease {
-    lease: Lease,
+    pub(crate) lease: Lease,
     /// Keeps the client's runtime alive as long as the lease.
-    _client: Client,
+    pub(crate) client: Client,
 }
 
 /// Creates a lease on key `name`, held as `holder` (bytes; empty not allowed). Nothing is
@@ -88,7 +88,33 @@ pub unsafe extern "C" fn mqstate_lease_new(
         let holder = unsafe { arg_bytes(holder, holder_len, "holder", false) }?;
         let out = unsafe { Out::new(lease_out, "lease_out") }?;
         let lease = Lease::new(&client.client, name, holder)?;
-        out.write(into_handle(mqstate_lease { lease, _client: client.client.clone() }));
+        out.write(into_handle(mqstate_lease { lease, client: client.client.clone() }));
+        Ok(())
+    }
+}
+
+/// Like `mqstate_lease_new`, held as `holder:session` (the core's `Lease::with_session_id`),
+/// so that two processes with the same holder name exclude each other. `session` may be
+/// NULL when `session_len` is 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_lease_new_with_session(
+    client: *const mqstate_client,
+    name: *const u8,
+    name_len: usize,
+    holder: *const u8,
+    holder_len: usize,
+    session: *const u8,
+    session_len: usize,
+    lease_out: *mut *mut mqstate_lease,
+) -> mqstate_status {
+    ffi_boundary! {
+        let client = unsafe { arg_ref(client, "client") }?;
+        let name = unsafe { arg_bytes(name, name_len, "name", false) }?;
+        let holder = unsafe { arg_bytes(holder, holder_len, "holder", false) }?;
+        let session = unsafe { arg_bytes(session, session_len, "session", true) }?;
+        let out = unsafe { Out::new(lease_out, "lease_out") }?;
+        let lease = Lease::new(&client.client, name, holder)?.with_session_id(session);
+        out.write(into_handle(mqstate_lease { lease, client: client.client.clone() }));
         Ok(())
     }
 }

@@ -47,6 +47,9 @@ pub struct mqstate_notification {
     synthesized: bool,
     /// The status and the NUL-terminated message of an `MQSTATE_NOTIFICATION_ERROR`.
     error: Option<(mqstate_status, Box<[u8]>)>,
+    /// How many notifications were dropped, for an `MQSTATE_LAGGED` error (the core's
+    /// `Error::missed`).
+    missed: Option<u64>,
 }
 
 impl mqstate_notification {
@@ -64,6 +67,7 @@ impl mqstate_notification {
                     version: n.version.map(mqstate_version::new),
                     synthesized: n.synthesized,
                     error: None,
+                    missed: None,
                 }
             }
             Err(e) => {
@@ -76,6 +80,7 @@ impl mqstate_notification {
                     version: None,
                     synthesized: false,
                     error: Some((status_of(&e), message.into_boxed_slice())),
+                    missed: e.missed(),
                 }
             }
         }
@@ -333,6 +338,25 @@ pub unsafe extern "C" fn mqstate_notification_error(
         })?;
         status_out.write(*status);
         message_out.write(message.as_ptr().cast());
+        Ok(())
+    }
+}
+
+/// For an `MQSTATE_LAGGED` error notification: how many notifications were dropped before
+/// it (the observation goes on after it; read the key again to resynchronise).
+/// `MQSTATE_NOT_FOUND` for every other notification.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_notification_missed(
+    notification: *const mqstate_notification,
+    missed_out: *mut u64,
+) -> mqstate_status {
+    ffi_boundary! {
+        let n = unsafe { arg_ref(notification, "notification") }?;
+        let out = unsafe { Out::new(missed_out, "missed_out") }?;
+        let missed = n.missed.ok_or_else(|| {
+            FfiError::new(MQSTATE_NOT_FOUND, "the notification is not a lagged error")
+        })?;
+        out.write(missed);
         Ok(())
     }
 }

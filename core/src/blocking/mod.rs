@@ -29,8 +29,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::runtime::{Handle, Runtime};
 
-use crate::client::observe::{KeyNotification, KeyObservation as AsyncObservation};
+use crate::client::observe::KeyObservation as AsyncObservation;
 use crate::client::options::ConnectOptions;
+use crate::client::registry::KeyNotification;
 use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
 use crate::protocol::errors::Error;
 use crate::protocol::hlc::Hlc;

@@ -264,9 +264,11 @@ impl<E: EventSource> Session<E> {
             .topic
             .starts_with(self.shared.notify_prefix.as_bytes())
         {
-            self.shared
-                .registry
-                .route_notification(&self.shared, message);
+            self.shared.registry.route_notification(
+                &self.shared.client_id,
+                &self.shared.clock,
+                message,
+            );
         } else {
             tracing::debug!("message on an unexpected topic dropped");
         }

@@ -29,12 +29,14 @@ use tokio::task::JoinHandle;
 pub(crate) mod connection;
 pub(crate) mod observe;
 pub mod options;
+pub(crate) mod registry;
 pub(crate) mod rpc;
 mod tls;
 pub(crate) mod transport;
 pub(crate) mod values;
 
-pub use observe::{KeyNotification, KeyObservation};
+pub use observe::KeyObservation;
+pub use registry::KeyNotification;
 pub use values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
 
 use connection::Session;
@@ -168,7 +170,28 @@ impl Client {
     pub(crate) fn send_command(&self, command: Command) {
         let _ = self.inner.commands.send(command);
     }
+}
 
+/// What an observation needs of its client (see [`observe::Host`]).
+impl observe::Host for Client {
+    fn shared(&self) -> &Arc<Shared> {
+        Client::shared(self)
+    }
+
+    fn timeout(&self) -> Duration {
+        Client::timeout(self)
+    }
+
+    fn send_command(&self, command: Command) {
+        Client::send_command(self, command);
+    }
+
+    fn boxed(&self) -> Box<dyn observe::Host> {
+        Box::new(self.clone())
+    }
+}
+
+impl Client {
     /// The MQTT client id (generated when the options had none).
     ///
     /// ```no_run

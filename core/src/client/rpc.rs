@@ -15,9 +15,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, watch};
 
-use crate::client::observe::Registry;
+use crate::client::registry::Registry;
 use crate::client::transport::{IncomingMessage, OutgoingRequest, Publisher, expiry_secs};
 use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
+use crate::protocol::PERSISTENCE_PROPERTY;
 use crate::protocol::errors::Error;
 use crate::protocol::hlc::{Hlc, HlcClock};
 use crate::protocol::resp3::{self, KeyNotifyReply, SetReply};
@@ -25,9 +26,6 @@ use crate::protocol::topics;
 
 /// The protocol version every request and response carries in `__protVer`.
 pub(crate) const PROTOCOL_VERSION: &str = "1.0";
-
-/// The user property asking the service to persist a SET's key (value `true`).
-pub const PERSISTENCE_PROPERTY: &str = "aio-persistence";
 
 /// Correlation data: 16 bytes, shaped as a version-4 UUID.
 pub(crate) type Correlation = [u8; 16];

@@ -22,9 +22,8 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::completion::{CompleteOutcome, InOrderAcks, Ticket};
-use super::message::{self, MessageContent};
+use super::message::{self, MessageContent, Telemetry};
 use super::options::{DeviceAuth, DeviceOptions};
-use super::properties::Property;
 use crate::client::ConnectionState;
 use crate::protocol::errors::Error;
 
@@ -38,79 +37,6 @@ const SEEN_IDS: usize = 10_000;
 const INFLIGHT: u16 = 100;
 /// How long a graceful close waits for the DISCONNECT to leave.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// A device-to-cloud message for [`DeviceClient::send_event`].
-///
-/// ```
-/// use mqstate::iothub::Telemetry;
-/// let t = Telemetry::new(r#"{"temp":21.5}"#)
-///     .content_type("application/json")
-///     .property("alert", "false")
-///     .null_property("flag");
-/// assert_eq!(t.properties.len(), 2);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Telemetry {
-    /// The body.
-    pub payload: Bytes,
-    /// `$.mid`.
-    pub message_id: Option<String>,
-    /// `$.cid`.
-    pub correlation_id: Option<String>,
-    /// `$.ct`.
-    pub content_type: Option<String>,
-    /// `$.ce`.
-    pub content_encoding: Option<String>,
-    /// Application properties in order (`None` = null value).
-    pub properties: Vec<Property>,
-}
-
-impl Telemetry {
-    /// A message with this body.
-    pub fn new(payload: impl Into<Bytes>) -> Self {
-        Telemetry {
-            payload: payload.into(),
-            ..Telemetry::default()
-        }
-    }
-    /// Sets `$.mid`.
-    #[must_use]
-    pub fn message_id(mut self, id: impl Into<String>) -> Self {
-        self.message_id = Some(id.into());
-        self
-    }
-    /// Sets `$.cid`.
-    #[must_use]
-    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
-        self.correlation_id = Some(id.into());
-        self
-    }
-    /// Sets `$.ct`.
-    #[must_use]
-    pub fn content_type(mut self, ct: impl Into<String>) -> Self {
-        self.content_type = Some(ct.into());
-        self
-    }
-    /// Sets `$.ce`.
-    #[must_use]
-    pub fn content_encoding(mut self, ce: impl Into<String>) -> Self {
-        self.content_encoding = Some(ce.into());
-        self
-    }
-    /// Adds an application property with a value (possibly empty).
-    #[must_use]
-    pub fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.push((name.into(), Some(value.into())));
-        self
-    }
-    /// Adds an application property with a null value (`name` without `=` on the wire).
-    #[must_use]
-    pub fn null_property(mut self, name: impl Into<String>) -> Self {
-        self.properties.push((name.into(), None));
-        self
-    }
-}
 
 /// Counters of a client's life, for soak tests and monitoring.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

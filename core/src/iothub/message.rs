@@ -12,6 +12,10 @@ pub(crate) fn devicebound_prefix(device_id: &str) -> String {
 }
 
 /// The telemetry topic for a device and an encoded property bag.
+#[cfg_attr(
+    not(feature = "client"),
+    allow(dead_code, reason = "used by the device client only")
+)]
 pub(crate) fn events_topic(device_id: &str, bag: &str) -> String {
     format!("devices/{device_id}/messages/events/{bag}")
 }
@@ -121,9 +125,86 @@ impl MessageContent {
     }
 }
 
+/// A device-to-cloud message for [`super::DeviceClient::send_event`].
+///
+/// ```
+/// use mqstate::iothub::Telemetry;
+/// let t = Telemetry::new(r#"{"temp":21.5}"#)
+///     .content_type("application/json")
+///     .property("alert", "false")
+///     .null_property("flag");
+/// assert_eq!(t.properties.len(), 2);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Telemetry {
+    /// The body.
+    pub payload: Bytes,
+    /// `$.mid`.
+    pub message_id: Option<String>,
+    /// `$.cid`.
+    pub correlation_id: Option<String>,
+    /// `$.ct`.
+    pub content_type: Option<String>,
+    /// `$.ce`.
+    pub content_encoding: Option<String>,
+    /// Application properties in order (`None` = null value).
+    pub properties: Vec<Property>,
+}
+
+impl Telemetry {
+    /// A message with this body.
+    pub fn new(payload: impl Into<Bytes>) -> Self {
+        Telemetry {
+            payload: payload.into(),
+            ..Telemetry::default()
+        }
+    }
+    /// Sets `$.mid`.
+    #[must_use]
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+    /// Sets `$.cid`.
+    #[must_use]
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+    /// Sets `$.ct`.
+    #[must_use]
+    pub fn content_type(mut self, ct: impl Into<String>) -> Self {
+        self.content_type = Some(ct.into());
+        self
+    }
+    /// Sets `$.ce`.
+    #[must_use]
+    pub fn content_encoding(mut self, ce: impl Into<String>) -> Self {
+        self.content_encoding = Some(ce.into());
+        self
+    }
+    /// Adds an application property with a value (possibly empty).
+    #[must_use]
+    pub fn property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((name.into(), Some(value.into())));
+        self
+    }
+    /// Adds an application property with a null value (`name` without `=` on the wire).
+    #[must_use]
+    pub fn null_property(mut self, name: impl Into<String>) -> Self {
+        self.properties.push((name.into(), None));
+        self
+    }
+}
+
 /// Builds the telemetry property bag: system properties first (`$.mid`, `$.cid`, `$.ct`,
 /// `$.ce` when given), then the application properties, whose names are checked.
-pub(crate) fn telemetry_bag(event: &super::Telemetry) -> Result<String, Error> {
+#[cfg_attr(
+    not(feature = "client"),
+    allow(dead_code, reason = "used by the device client only")
+)]
+pub(crate) fn telemetry_bag(event: &Telemetry) -> Result<String, Error> {
     let mut bag: Vec<Property> = Vec::new();
     for (name, value) in [
         ("$.mid", &event.message_id),

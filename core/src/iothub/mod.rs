@@ -49,15 +49,23 @@
 //! # }
 //! ```
 
+// The device client (networked) is the `client` feature; message content, property bags
+// and SAS tokens are pure (the local server's hub uses them).
+#[cfg(feature = "client")]
 pub mod blocking;
+#[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "client")]
 mod completion;
 mod message;
+#[cfg(feature = "client")]
 mod options;
 pub mod properties;
 pub mod sas;
 
-pub use client::{C2dMessage, DeviceClient, DeviceStats, Telemetry};
-pub use message::MessageContent;
+#[cfg(feature = "client")]
+pub use client::{C2dMessage, DeviceClient, DeviceStats};
+pub use message::{MessageContent, Telemetry};
+#[cfg(feature = "client")]
 pub use options::{API_VERSION, DeviceAuth, DeviceOptions};
 pub use properties::Property;

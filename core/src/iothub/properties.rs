@@ -114,6 +114,10 @@ fn decode_component(text: &str, pair: &str) -> Result<String, Error> {
 
 /// Checks an application property name a device sends: not empty, not a reserved system
 /// name (`$.` prefix, `iothub-` prefix).
+#[cfg_attr(
+    not(feature = "client"),
+    allow(dead_code, reason = "used by the device client only")
+)]
 pub(crate) fn check_application_name(name: &str) -> Result<(), Error> {
     if name.is_empty() {
         return Err(Error::InvalidArgument(

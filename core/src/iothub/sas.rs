@@ -58,6 +58,10 @@ pub fn token(
 }
 
 /// The expiry (seconds since the Unix epoch) of a token made now with `lifetime`.
+#[cfg_attr(
+    not(feature = "client"),
+    allow(dead_code, reason = "used by the device client only")
+)]
 pub(crate) fn expiry_after(lifetime: Duration) -> u64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

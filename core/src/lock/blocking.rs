@@ -118,9 +118,13 @@ impl Lease {
         timeout: Duration,
     ) -> Result<Option<LeaseEvent>, Error> {
         Ok(
-            block_on(&self.handle, tokio::time::timeout(timeout, events.recv()))?
-                .ok()
-                .flatten(),
+            // The timer is made inside the runtime (an async block): `timeout()` itself
+            // needs the runtime's reactor, which a thread outside it does not have.
+            block_on(&self.handle, async {
+                tokio::time::timeout(timeout, events.recv()).await
+            })?
+            .ok()
+            .flatten(),
         )
     }
 
@@ -317,9 +321,13 @@ impl LeaderElection {
         timeout: Duration,
     ) -> Result<Option<LeadershipEvent>, Error> {
         Ok(
-            block_on(&self.handle, tokio::time::timeout(timeout, events.recv()))?
-                .ok()
-                .flatten(),
+            // The timer is made inside the runtime (an async block): `timeout()` itself
+            // needs the runtime's reactor, which a thread outside it does not have.
+            block_on(&self.handle, async {
+                tokio::time::timeout(timeout, events.recv()).await
+            })?
+            .ok()
+            .flatten(),
         )
     }
 }

@@ -112,6 +112,22 @@ impl Error {
             _ => None,
         }
     }
+
+    /// How many notifications a lagging observation lost ([`Error::Lagged`]), the count
+    /// every binding exposes as a number (Python `Lagged.missed`, Node `err.missed`, C
+    /// `mqstate_notification_missed`); `None` for every other error.
+    ///
+    /// ```
+    /// use mqstate::Error;
+    /// assert_eq!(Error::Lagged(7).missed(), Some(7));
+    /// assert_eq!(Error::InvalidArgument("bad".into()).missed(), None);
+    /// ```
+    pub fn missed(&self) -> Option<u64> {
+        match self {
+            Error::Lagged(n) => Some(*n),
+            _ => None,
+        }
+    }
 }
 
 impl From<ServiceError> for Error {

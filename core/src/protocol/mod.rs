@@ -14,3 +14,6 @@ pub mod hlc;
 pub mod instance;
 pub mod resp3;
 pub mod topics;
+
+/// The user property asking the service to persist a SET's key (value `true`).
+pub const PERSISTENCE_PROPERTY: &str = "aio-persistence";

@@ -4,7 +4,6 @@
 //! edits, which answer `403 ReadOnly` unless the server runs with `--dashboard-edit`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
@@ -14,7 +13,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use tokio::sync::{OnceCell, broadcast};
+use tokio::sync::broadcast;
+#[cfg(feature = "client")]
+use {std::sync::Arc, tokio::sync::OnceCell};
 
 use super::monitor::Monitor;
 use crate::iothub::IotHub;
@@ -35,6 +36,9 @@ struct Ctx {
     edit: bool,
     /// The broker the store listens on: edits go through the protocol like any client's.
     broker: (String, u16),
+    /// The dashboard's own state store client, for edits (the core's client layer: feature
+    /// `client`; without it the dashboard is read-only).
+    #[cfg(feature = "client")]
     client: Arc<OnceCell<mqstate::Client>>,
 }
 
@@ -47,6 +51,7 @@ pub fn router(monitor: Monitor, hub: Option<IotHub>, edit: bool, broker: (String
         hub,
         edit,
         broker,
+        #[cfg(feature = "client")]
         client: Arc::new(OnceCell::new()),
     };
     Router::new()
@@ -179,6 +184,7 @@ fn change_event(change: &super::Change) -> Event {
         .data(data)
 }
 
+#[cfg(feature = "client")]
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SetBody {
@@ -188,11 +194,13 @@ struct SetBody {
     ttl_ms: Option<u64>,
 }
 
+#[cfg(feature = "client")]
 #[derive(Debug, Deserialize)]
 struct KeyQuery {
     key: String,
 }
 
+#[cfg(feature = "client")]
 async fn store_client(ctx: &Ctx) -> Result<&mqstate::Client, Response> {
     ctx.client
         .get_or_try_init(|| async {
@@ -210,6 +218,7 @@ async fn store_client(ctx: &Ctx) -> Result<&mqstate::Client, Response> {
         })
 }
 
+#[cfg(feature = "client")]
 async fn set_key(State(ctx): State<Ctx>, body: axum::body::Bytes) -> Response {
     if !ctx.edit {
         return read_only();
@@ -241,6 +250,7 @@ async fn set_key(State(ctx): State<Ctx>, body: axum::body::Bytes) -> Response {
     }
 }
 
+#[cfg(feature = "client")]
 async fn delete_key(State(ctx): State<Ctx>, Query(q): Query<KeyQuery>) -> Response {
     if !ctx.edit {
         return read_only();
@@ -253,6 +263,22 @@ async fn delete_key(State(ctx): State<Ctx>, Query(q): Query<KeyQuery>) -> Respon
         Ok(deleted) => Json(serde_json::json!({ "deleted": deleted })).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, "StoreError", e.to_string()),
     }
+}
+
+/// Key edits without the core's client layer (built without feature `client`).
+#[cfg(not(feature = "client"))]
+async fn set_key() -> Response {
+    error(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotSupported",
+        "this server was built without the client feature: the dashboard cannot edit keys",
+    )
+}
+
+/// See the other `set_key`.
+#[cfg(not(feature = "client"))]
+async fn delete_key() -> Response {
+    set_key().await
 }
 
 fn hub_error(e: &crate::iothub::IotHubError) -> Response {

@@ -1156,6 +1156,68 @@ out:
     mqstate_client_free(cb);
 }
 
+/* Waits for the next lease event and checks its name and whether it carries a token. */
+static void expect_lease_event(const mqstate_lease_events *events, const char *want, bool token) {
+    mqstate_lease_event *event = NULL;
+    const char *name = NULL, *reason = NULL;
+    const mqstate_version *t = NULL;
+    CHECK_OK(mqstate_lease_events_next(events, 20000, &event));
+    if (event == NULL) return;
+    CHECK_OK(mqstate_lease_event_name(event, &name));
+    if (name != NULL && strcmp(name, want) != 0)
+        fail_at(__FILE__, __LINE__, "lease event \"%s\", expected \"%s\"", name, want);
+    CHECK_STATUS(mqstate_lease_event_token(event, &t), token ? MQSTATE_OK : MQSTATE_NOT_FOUND);
+    CHECK_STATUS(mqstate_lease_event_reason(event, &reason), MQSTATE_NOT_FOUND);
+    mqstate_lease_event_free(event);
+}
+
+static void test_lease_session_and_events(void) {
+    mqstate_client *client = connect_client();
+    uint8_t name[128];
+    size_t name_len = make_key((char *)name, sizeof name, "lease-events");
+    mqstate_lease *lease = NULL;
+    mqstate_lease_events *events = NULL, *late = NULL;
+    mqstate_lease_event *event = NULL;
+    mqstate_value *holder = NULL;
+
+    CHECK_OK(mqstate_lease_new_with_session(client, name, name_len, (const uint8_t *)"host", 4,
+                                            (const uint8_t *)"s1", 2, &lease));
+    if (lease == NULL) goto out;
+    CHECK_STATUS(mqstate_lease_events_new(lease, NULL), MQSTATE_NULL_PARAMETER);
+    CHECK_OK(mqstate_lease_events_new(lease, &events));
+    if (events == NULL) goto out;
+    CHECK_OK(mqstate_lease_acquire(lease, 1000, NULL));
+    expect_lease_event(events, "acquired", true);
+    CHECK_OK(mqstate_lease_holder(lease, &holder));
+    check_holder(holder, "host:s1");
+    mqstate_value_free(holder);
+    CHECK_OK(mqstate_lease_auto_renew(lease, 0.25));
+    expect_lease_event(events, "renewed", true);
+    CHECK_OK(mqstate_lease_release(lease));
+    /* Renewals may come before the release is seen; the release is the last event. */
+    for (int i = 0; i < 20; i++) {
+        const char *n = NULL;
+        if (mqstate_lease_events_next(events, 20000, &event) != MQSTATE_OK) break;
+        mqstate_lease_event_name(event, &n);
+        bool released = n != NULL && strcmp(n, "released") == 0;
+        if (released) CHECK_STATUS(mqstate_lease_event_token(event, &(const mqstate_version *){NULL}), MQSTATE_NOT_FOUND);
+        mqstate_lease_event_free(event);
+        event = NULL;
+        if (released) break;
+        CHECK(n != NULL && strcmp(n, "renewed") == 0);
+    }
+    /* A stream made after the events sees none of them: the wait times out. */
+    CHECK_OK(mqstate_lease_events_new(lease, &late));
+    CHECK_STATUS(mqstate_lease_events_next(late, 200, &event), MQSTATE_TIMEOUT);
+    CHECK(event == NULL);
+    CHECK_STATUS(mqstate_lease_events_next(NULL, 200, &event), MQSTATE_NULL_PARAMETER);
+out:
+    mqstate_lease_events_free(late);
+    mqstate_lease_events_free(events);
+    mqstate_lease_free(lease);
+    mqstate_client_free(client);
+}
+
 struct lock_waiter {
     const mqstate_lock *lock;
     mqstate_status status;
@@ -1707,6 +1769,7 @@ int main(int argc, char **argv) {
     run("per-client request timeout", test_client_timeout);
     run("lease: acquire, refused, holder, renew, fencing, wait, release", test_lease);
     run("lease: automatic renewal past the ttl", test_lease_auto_renew);
+    run("lease: holder:session, and its events (acquired, renewed, released)", test_lease_session_and_events);
     run("lock: lock, timeout, hand-over to a waiting thread, fencing", test_lock);
     run("lock: edit with a callback (write, abandon, delete), holder:session",
         test_lock_edit_and_session);
