@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use mqstate::Hlc;
 use mqstate::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
 use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::QoS;
@@ -242,9 +243,11 @@ impl Service {
                 instance_id: config.instance_id.clone(),
             },
         ));
+        let handler_node_id = handler.clock().node_id().to_owned();
         let store = StoreTask {
             handler,
             dedup: DedupCache::new(config.dedup),
+            node_id: Arc::from(handler_node_id.as_str()),
             client: client.clone(),
             trust_broker_client_id: config.trust_broker_client_id,
             max_packet_size: limit,
@@ -464,12 +467,61 @@ async fn poll_loop(
     .await;
 }
 
-/// The cached answer to a request, replayed for duplicates.
-type CachedAnswer = Answer;
+/// The cached answer to a request, replayed for duplicates: 64 bytes, with no heap block
+/// for the common replies and the server's node id shared (docs/architecture.md, "Memory
+/// per key").
+#[derive(Debug)]
+struct CachedAnswer {
+    payload: Bytes,
+    /// The `__ts`: milliseconds, counter, node id (`None`: no `__ts`).
+    ts_ms: u64,
+    ts_counter: u64,
+    ts_node: Option<Arc<str>>,
+}
+
+/// The replies most requests get, kept without a copy.
+const COMMON_REPLIES: [&[u8]; 6] = [
+    b"+OK\r\n", b":1\r\n", b":0\r\n", b":-1\r\n", b"_\r\n", b"$-1\r\n",
+];
+
+impl CachedAnswer {
+    fn of(answer: Answer, server_node: &Arc<str>) -> Self {
+        let payload = match COMMON_REPLIES.iter().find(|r| **r == &answer.payload[..]) {
+            Some(r) => Bytes::from_static(r),
+            // An exact-size copy: the encoder's buffer may be larger.
+            None => Bytes::copy_from_slice(&answer.payload),
+        };
+        let (ts_ms, ts_counter, ts_node) = match answer.timestamp {
+            Some(ts) if *ts.node_id == **server_node => {
+                (ts.ms, ts.counter, Some(server_node.clone()))
+            }
+            Some(ts) => (ts.ms, ts.counter, Some(Arc::from(ts.node_id))),
+            None => (0, 0, None),
+        };
+        CachedAnswer {
+            payload,
+            ts_ms,
+            ts_counter,
+            ts_node,
+        }
+    }
+
+    fn answer(&self) -> Answer {
+        Answer {
+            payload: self.payload.clone(),
+            timestamp: self
+                .ts_node
+                .as_ref()
+                .map(|node| Hlc::new(self.ts_ms, self.ts_counter, node.to_string())),
+        }
+    }
+}
 
 struct StoreTask {
     handler: Handler,
     dedup: DedupCache<CachedAnswer>,
+    /// The node id of the server's versions, shared by the cached answers.
+    node_id: Arc<str>,
     client: AsyncClient,
     trust_broker_client_id: bool,
     /// The largest packet that may be sent (ours and the broker's limit).
@@ -786,7 +838,7 @@ impl StoreTask {
         let now = std::time::Instant::now();
         if let Some(answer) = self.dedup.get(&dedup_id, &correlation, now) {
             tracing::debug!(client_id = %dedup_id, "duplicate request answered from the cache");
-            let answer = answer.clone();
+            let answer = answer.answer();
             self.respond(response_topic, &correlation, props.message_expiry, &answer)
                 .await;
             return;
@@ -837,10 +889,11 @@ impl StoreTask {
             .await;
         self.publish_notifications(notifications).await;
         let size = answer.payload.len() + correlation.len() + dedup_id.len() + 64;
+        let cached = CachedAnswer::of(answer, &self.node_id);
         self.dedup.insert(
             &dedup_id,
             correlation,
-            answer,
+            cached,
             size,
             std::time::Instant::now(),
         );
