@@ -23,8 +23,13 @@ use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use hashbrown::HashTable;
+use mqstate::Hlc;
+
+use crate::handler::Answer;
 
 /// The bounds of a [`DedupCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +49,74 @@ impl Default for DedupLimits {
             ttl: Duration::from_secs(300),
             max_entries: 100_000,
             max_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The cached answer to a request, replayed for duplicates: 64 bytes, with no heap block
+/// for the common replies and the server's node id shared (docs/architecture.md, "Memory
+/// per key").
+///
+/// ```
+/// use std::sync::Arc;
+/// use bytes::Bytes;
+/// use mqstate::Hlc;
+/// use mqstate_server::dedup::CachedAnswer;
+/// use mqstate_server::handler::Answer;
+///
+/// let node: Arc<str> = Arc::from("StateStore");
+/// let answer = Answer {
+///     payload: Bytes::from_static(b"+OK\r\n"),
+///     timestamp: Some(Hlc::new(5, 1, "StateStore")),
+/// };
+/// assert_eq!(CachedAnswer::of(answer.clone(), &node).answer(), answer);
+/// ```
+#[derive(Debug, Clone)]
+pub struct CachedAnswer {
+    payload: Bytes,
+    /// The `__ts`: milliseconds, counter, node id (`None`: no `__ts`).
+    ts_ms: u64,
+    ts_counter: u64,
+    ts_node: Option<Arc<str>>,
+}
+
+/// The replies most requests get, kept without a copy.
+const COMMON_REPLIES: [&[u8]; 6] = [
+    b"+OK\r\n", b":1\r\n", b":0\r\n", b":-1\r\n", b"_\r\n", b"$-1\r\n",
+];
+
+impl CachedAnswer {
+    /// Keeps `answer`; `server_node` is the server's node id, shared with every answer
+    /// whose `__ts` carries it.
+    pub fn of(answer: Answer, server_node: &Arc<str>) -> Self {
+        let payload = match COMMON_REPLIES.iter().find(|r| **r == &answer.payload[..]) {
+            Some(r) => Bytes::from_static(r),
+            // An exact-size copy: the encoder's buffer may be larger.
+            None => Bytes::copy_from_slice(&answer.payload),
+        };
+        let (ts_ms, ts_counter, ts_node) = match answer.timestamp {
+            Some(ts) if *ts.node_id == **server_node => {
+                (ts.ms, ts.counter, Some(server_node.clone()))
+            }
+            Some(ts) => (ts.ms, ts.counter, Some(Arc::from(ts.node_id))),
+            None => (0, 0, None),
+        };
+        CachedAnswer {
+            payload,
+            ts_ms,
+            ts_counter,
+            ts_node,
+        }
+    }
+
+    /// The answer again.
+    pub fn answer(&self) -> Answer {
+        Answer {
+            payload: self.payload.clone(),
+            timestamp: self
+                .ts_node
+                .as_ref()
+                .map(|node| Hlc::new(self.ts_ms, self.ts_counter, node.to_string())),
         }
     }
 }

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstate::Hlc;
 use mqstate::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
 use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::QoS;
@@ -31,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::broker::{BrokerEvent, CLIENT_ID_PROPERTY, Disconnector};
-use crate::dedup::{DedupCache, DedupLimits};
+use crate::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use crate::error::ServerError;
 use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
 use crate::mosquitto_log;
@@ -465,56 +464,6 @@ async fn poll_loop(
         }
     })
     .await;
-}
-
-/// The cached answer to a request, replayed for duplicates: 64 bytes, with no heap block
-/// for the common replies and the server's node id shared (docs/architecture.md, "Memory
-/// per key").
-#[derive(Debug)]
-struct CachedAnswer {
-    payload: Bytes,
-    /// The `__ts`: milliseconds, counter, node id (`None`: no `__ts`).
-    ts_ms: u64,
-    ts_counter: u64,
-    ts_node: Option<Arc<str>>,
-}
-
-/// The replies most requests get, kept without a copy.
-const COMMON_REPLIES: [&[u8]; 6] = [
-    b"+OK\r\n", b":1\r\n", b":0\r\n", b":-1\r\n", b"_\r\n", b"$-1\r\n",
-];
-
-impl CachedAnswer {
-    fn of(answer: Answer, server_node: &Arc<str>) -> Self {
-        let payload = match COMMON_REPLIES.iter().find(|r| **r == &answer.payload[..]) {
-            Some(r) => Bytes::from_static(r),
-            // An exact-size copy: the encoder's buffer may be larger.
-            None => Bytes::copy_from_slice(&answer.payload),
-        };
-        let (ts_ms, ts_counter, ts_node) = match answer.timestamp {
-            Some(ts) if *ts.node_id == **server_node => {
-                (ts.ms, ts.counter, Some(server_node.clone()))
-            }
-            Some(ts) => (ts.ms, ts.counter, Some(Arc::from(ts.node_id))),
-            None => (0, 0, None),
-        };
-        CachedAnswer {
-            payload,
-            ts_ms,
-            ts_counter,
-            ts_node,
-        }
-    }
-
-    fn answer(&self) -> Answer {
-        Answer {
-            payload: self.payload.clone(),
-            timestamp: self
-                .ts_node
-                .as_ref()
-                .map(|node| Hlc::new(self.ts_ms, self.ts_counter, node.to_string())),
-        }
-    }
 }
 
 struct StoreTask {
