@@ -96,7 +96,7 @@ enum Command {
 
     /// Measure SET / GET throughput and latency.
     #[command(
-        after_help = "Examples:\n  mqstate bench --in-flight 64 --duration 10s\n  mqstate bench --ops get --value-size 1024 --json"
+        after_help = "Examples:\n  mqstate bench --in-flight 64 --duration 10s\n  mqstate bench --ops get --value-size 1024 --json\n  mqstate bench --memory --keys 100000 --value-size 100 --in-flight 64"
     )]
     Bench(bench::BenchArgs),
 

@@ -737,6 +737,43 @@ fn bench_prints_a_table_or_json() {
     store.cmd(&["get", "mqstate-bench/0"]).assert().code(1);
 }
 
+/// `bench --memory` starts its own server, loads the keys in ten steps and churns them: the
+/// report has every step and sample (the figures themselves are for reading, not asserted).
+#[test]
+fn bench_memory_reports_every_step_and_churn_sample() {
+    let out = cargo_bin_cmd!("mqstate")
+        .args([
+            "bench",
+            "--memory",
+            "--keys",
+            "200",
+            "--value-size",
+            "10",
+            "--in-flight",
+            "8",
+            "--churn",
+            "1s",
+            "--json",
+        ])
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["keys"], 200);
+    assert_eq!(json["data_bytes_per_key"], 22.0);
+    let steps = json["steps"].as_array().unwrap();
+    let keys: Vec<u64> = steps.iter().map(|s| s["keys"].as_u64().unwrap()).collect();
+    assert_eq!(keys, (1..=10).map(|i| i * 20).collect::<Vec<u64>>());
+    assert!(steps.iter().all(|s| s["rss"].as_u64().unwrap() > 0));
+    assert_eq!(json["churn"].as_array().unwrap().len(), 10);
+}
+
 #[test]
 fn help_has_examples_exit_codes_and_completions() {
     let help = cargo_bin_cmd!("mqstate").arg("--help").output().unwrap();

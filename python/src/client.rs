@@ -11,10 +11,10 @@ use mqstate::SetOptions;
 
 use crate::aio::{self, Pending};
 use crate::convert::{BytesOut, bytes_arg, duration_arg, owned_bytes_arg};
-use crate::errors::{self, OrRaise};
+use crate::errors;
 use crate::observe::{AsyncObservation, Observation};
 use crate::options::{Base, connect_options};
-use crate::runtime::wait;
+use crate::runtime::{call, wait};
 use crate::types::{Hlc, SetOutcome, SetOutcomeOut, VdelOutcome, Versioned, VersionedOut};
 
 /// The SET options from the keyword arguments (`nx` and `nex` exclude each other).
@@ -93,7 +93,7 @@ pub(crate) struct Client {
 
 impl Client {
     fn connect(py: Python<'_>, options: mqstate::ConnectOptions) -> PyResult<Self> {
-        let inner = wait(py, mqstate::Client::connect(options))?.or_raise(py)?;
+        let inner = call(py, mqstate::Client::connect(options))?;
         Ok(Client { inner })
     }
 }
@@ -146,7 +146,7 @@ impl Client {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = bytes_arg(key, "key")?;
-        let got = wait(py, self.inner.get(key))?.or_raise(py)?;
+        let got = call(py, self.inner.get(key))?;
         Ok(got.map(|v| PyBytes::new(py, &v.value)))
     }
 
@@ -156,7 +156,7 @@ impl Client {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, Versioned>>> {
         let key = bytes_arg(key, "key")?;
-        let got = wait(py, self.inner.get(key))?.or_raise(py)?;
+        let got = call(py, self.inner.get(key))?;
         got.map(|v| VersionedOut(v).into_pyobject(py)).transpose()
     }
 
@@ -176,7 +176,7 @@ impl Client {
         let options = set_options(py, nx, nex, expiry, fencing_token, persist)?;
         let key = bytes_arg(key, "key")?;
         let value = bytes_arg(value, "value")?;
-        let outcome = wait(py, self.inner.set(key, value, options))?.or_raise(py)?;
+        let outcome = call(py, self.inner.set(key, value, options))?;
         SetOutcomeOut(outcome).into_pyobject(py)
     }
 
@@ -189,7 +189,7 @@ impl Client {
     ) -> PyResult<bool> {
         let key = bytes_arg(key, "key")?;
         let token = token(fencing_token);
-        let n = wait(py, self.inner.del(key, token.as_ref()))?.or_raise(py)?;
+        let n = call(py, self.inner.del(key, token.as_ref()))?;
         Ok(n > 0)
     }
 
@@ -204,19 +204,19 @@ impl Client {
         let key = bytes_arg(key, "key")?;
         let value = bytes_arg(value, "value")?;
         let token = token(fencing_token);
-        let outcome = wait(py, self.inner.vdel(key, value, token.as_ref()))?.or_raise(py)?;
+        let outcome = call(py, self.inner.vdel(key, value, token.as_ref()))?;
         Ok(outcome.into())
     }
 
     fn observe(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Observation> {
         let key = bytes_arg(key, "key")?;
-        let stream = wait(py, self.inner.observe(key))?.or_raise(py)?;
+        let stream = call(py, self.inner.observe(key))?;
         Ok(Observation::new(stream))
     }
 
     fn unobserve(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let key = bytes_arg(key, "key")?;
-        wait(py, self.inner.unobserve(key))?.or_raise(py)
+        call(py, self.inner.unobserve(key))
     }
 
     /// Closes the connection (idempotent): waiting requests fail with `Disconnected`,

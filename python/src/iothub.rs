@@ -15,7 +15,7 @@ use mqstate::iothub::{self as core, DeviceOptions, Telemetry};
 use crate::aio;
 use crate::convert::{duration_arg, owned_bytes_arg};
 use crate::errors;
-use crate::runtime::{runtime, wait};
+use crate::runtime::{call, runtime, wait};
 
 /// How long one blocking wait lasts before checking for signals (Ctrl-C).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -236,14 +236,13 @@ impl DeviceClient {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let options = self::options(py, connection_string, options)?;
-        let inner = wait(py, async move {
+        let inner = call(py, async move {
             runtime()
                 .spawn(core::DeviceClient::connect(options))
                 .await
                 .map_err(|e| mqstate::Error::Connection(e.to_string()))
                 .and_then(|r| r)
-        })?
-        .map_err(|e| errors::to_py(py, &e))?;
+        })?;
         Ok(DeviceClient { inner })
     }
 
@@ -325,7 +324,7 @@ impl DeviceClient {
             content_encoding,
         )?;
         let client = self.inner.clone();
-        wait(py, async move { client.send_event(t).await })?.map_err(|e| errors::to_py(py, &e))
+        call(py, async move { client.send_event(t).await })
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {

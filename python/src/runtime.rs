@@ -63,6 +63,18 @@ where
     })
 }
 
+/// The glue of every blocking call into the core: runs `future` on the library's runtime with
+/// the GIL released (see [`wait`]) and raises its error as the matching Python exception
+/// (see [`crate::errors`]).
+pub(crate) fn call<F, T>(py: Python<'_>, future: F) -> PyResult<T>
+where
+    F: Future<Output = Result<T, mqstate::Error>> + Send,
+    T: Send,
+{
+    use crate::errors::OrRaise as _;
+    wait(py, future)?.or_raise(py)
+}
+
 /// Whether the calling thread is Python's main thread (the one that runs signal handlers);
 /// computed once per thread.
 fn is_main_thread(py: Python<'_>) -> bool {

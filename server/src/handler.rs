@@ -194,7 +194,7 @@ impl Handler {
     pub fn show_restored_keys(&self) {
         if let Some(m) = &self.monitor {
             for (key, entry) in self.store.iter() {
-                m.key_restored(key, entry);
+                m.key_restored(&key, &entry);
             }
         }
     }
@@ -245,10 +245,7 @@ impl Handler {
             .get(key)
             .filter(|e| e.expires_at.is_none_or(|at| at > now))
         {
-            Some(entry) => Answer::new(
-                &Reply::Bulk(entry.value.clone()),
-                Some(entry.version.clone()),
-            ),
+            Some(entry) => Answer::new(&Reply::Bulk(entry.value), Some(entry.version)),
             None => Answer::new(&Reply::Nil, None),
         }
     }
@@ -357,8 +354,10 @@ impl Handler {
                     .map_err(store_error)?
                 {
                     SetOutcome::Applied => {
-                        if let (Some(m), Some(entry)) = (&self.monitor, self.store.get(&key)) {
-                            m.key_set(&key, entry, lease);
+                        if let Some(m) = &self.monitor
+                            && let Some(entry) = self.store.get(&key)
+                        {
+                            m.key_set(&key, &entry, lease);
                         }
                         let mut buf = BytesMut::new();
                         resp3::encode_notify_set(&mut buf, &value);
@@ -369,10 +368,7 @@ impl Handler {
                 }
             }
             Request::Get { key } => Ok(match self.store.get(&key) {
-                Some(entry) => Answer::new(
-                    &Reply::Bulk(entry.value.clone()),
-                    Some(entry.version.clone()),
-                ),
+                Some(entry) => Answer::new(&Reply::Bulk(entry.value), Some(entry.version)),
                 None => Answer::new(&Reply::Nil, None),
             }),
             Request::Del { key } => {

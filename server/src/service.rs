@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::broker::{BrokerEvent, CLIENT_ID_PROPERTY, Disconnector};
-use crate::dedup::{DedupCache, DedupLimits};
+use crate::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use crate::error::ServerError;
 use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
 use crate::mosquitto_log;
@@ -242,9 +242,11 @@ impl Service {
                 instance_id: config.instance_id.clone(),
             },
         ));
+        let handler_node_id = handler.clock().node_id().to_owned();
         let store = StoreTask {
             handler,
             dedup: DedupCache::new(config.dedup),
+            node_id: Arc::from(handler_node_id.as_str()),
             client: client.clone(),
             trust_broker_client_id: config.trust_broker_client_id,
             max_packet_size: limit,
@@ -464,12 +466,11 @@ async fn poll_loop(
     .await;
 }
 
-/// The cached answer to a request, replayed for duplicates.
-type CachedAnswer = Answer;
-
 struct StoreTask {
     handler: Handler,
     dedup: DedupCache<CachedAnswer>,
+    /// The node id of the server's versions, shared by the cached answers.
+    node_id: Arc<str>,
     client: AsyncClient,
     trust_broker_client_id: bool,
     /// The largest packet that may be sent (ours and the broker's limit).
@@ -786,7 +787,7 @@ impl StoreTask {
         let now = std::time::Instant::now();
         if let Some(answer) = self.dedup.get(&dedup_id, &correlation, now) {
             tracing::debug!(client_id = %dedup_id, "duplicate request answered from the cache");
-            let answer = answer.clone();
+            let answer = answer.answer();
             self.respond(response_topic, &correlation, props.message_expiry, &answer)
                 .await;
             return;
@@ -836,17 +837,13 @@ impl StoreTask {
         self.respond(&response_topic, &correlation, message_expiry, &answer)
             .await;
         self.publish_notifications(notifications).await;
-        // The correlation data is a slice of the received packet, which shares its allocation
-        // with the connection's whole read buffer: kept as is, each cached answer would pin
-        // that buffer for the cache's 5 minutes (memory the cache's bound does not see, and
-        // that only levels off once the first entries expire). A copy pins 16 bytes.
-        let correlation = Bytes::copy_from_slice(&correlation);
         let size =
             DedupCache::<CachedAnswer>::entry_size(&dedup_id, &correlation, answer.payload.len());
+        let cached = CachedAnswer::of(answer, &self.node_id);
         self.dedup.insert(
             &dedup_id,
             correlation,
-            answer,
+            cached,
             size,
             std::time::Instant::now(),
         );

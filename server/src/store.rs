@@ -30,13 +30,16 @@
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use hashbrown::HashTable;
 use mqstate::resp3::SetCondition;
 use mqstate::{Hlc, ServiceError};
 
-/// One stored key.
+/// One stored key, as the store hands it out (a snapshot: [`Store::get`] builds it from the
+/// store's compact layout, see [`Store`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The value (any bytes, possibly empty).
@@ -66,6 +69,10 @@ pub enum StoreError {
     /// The key quota is reached and the SET would create a new key.
     #[error("the quota has been exceeded")]
     QuotaExceeded,
+    /// The key is 4 GiB or longer (more than any MQTT packet carries, so only a caller
+    /// building requests in code meets this).
+    #[error("the key is too long (4 GiB or more)")]
+    KeyTooLong,
 }
 
 impl StoreError {
@@ -75,6 +82,7 @@ impl StoreError {
             StoreError::FencingTokenRequired => ServiceError::FencingTokenRequired,
             StoreError::FencingTokenLowerVersion => ServiceError::FencingTokenLowerVersion,
             StoreError::QuotaExceeded => ServiceError::QuotaExceeded,
+            StoreError::KeyTooLong => ServiceError::Unknown(self.to_string()),
         }
     }
 }
@@ -169,12 +177,101 @@ impl SetArgs {
     }
 }
 
+/// The most distinct version node ids the store interns; versions with others keep their
+/// node id in the key's [`Extra`]. The server's own clock produces every version, so in
+/// practice there is one node id (two after a restart under another name).
+const MAX_INTERNED_NODE_IDS: usize = 1 << 16;
+
+/// The node ids of stored versions, each kept once: a version in a [`Slot`] names its node
+/// by index instead of owning a `String` (which cost 24 bytes inline and a 32-byte heap
+/// block per key).
+#[derive(Debug, Default)]
+struct NodeIds {
+    ids: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl NodeIds {
+    /// The index of `id`, interning it; `None` when the table is full.
+    fn intern(&mut self, id: &str) -> Option<u32> {
+        if let Some(&i) = self.index.get(id) {
+            return Some(i);
+        }
+        if self.ids.len() >= MAX_INTERNED_NODE_IDS {
+            return None;
+        }
+        let i = u32::try_from(self.ids.len()).ok()?;
+        self.ids.push(id.to_owned());
+        self.index.insert(id.to_owned(), i);
+        Some(i)
+    }
+
+    fn get(&self, i: u32) -> &str {
+        self.ids.get(i as usize).map_or("", String::as_str)
+    }
+}
+
+/// What few keys carry: a deadline (`PX`), a fencing token, or a version whose node id is
+/// not interned. Boxed so that the common key pays 8 bytes for all three.
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    expires_at: Option<Instant>,
+    fencing_token: Option<Hlc>,
+    node_id: Option<String>,
+}
+
+/// `u32::MAX` in [`Slot::node`]: the node id is in the [`Extra`].
+const NODE_IN_EXTRA: u32 = u32::MAX;
+
+/// One key in the table: 56 bytes plus one heap block holding the key and the value
+/// together, copied out of the request (see docs/architecture.md, "Memory per key").
+#[derive(Debug)]
+struct Slot {
+    /// The key, then the value.
+    data: Box<[u8]>,
+    version_ms: u64,
+    version_counter: u64,
+    extra: Option<Box<Extra>>,
+    /// Where the key ends in `data`.
+    key_len: u32,
+    /// The version's node id, an index into [`NodeIds`] (or [`NODE_IN_EXTRA`]).
+    node: u32,
+    persist: bool,
+}
+
+impl Slot {
+    fn key(&self) -> &[u8] {
+        self.data.get(..self.key_len as usize).unwrap_or_default()
+    }
+
+    fn value(&self) -> &[u8] {
+        self.data.get(self.key_len as usize..).unwrap_or_default()
+    }
+
+    fn expires_at(&self) -> Option<Instant> {
+        self.extra.as_ref().and_then(|e| e.expires_at)
+    }
+
+    fn fencing_token(&self) -> Option<&Hlc> {
+        self.extra.as_ref().and_then(|e| e.fencing_token.as_ref())
+    }
+}
+
 /// The keys, their deadlines and the quota.
+///
+/// Memory layout (measured by `cargo bench -p mqstate-server --bench memory` and
+/// `mqstate bench --memory`): keys live in a [`HashTable`] of [`Slot`]s, each holding its
+/// key and value in one exact-size heap block copied out of the request, so a stored key
+/// never keeps the received MQTT packet alive; versions name their node id by index; the
+/// rare deadline and fencing token sit behind one pointer. [`Store::get`] builds an
+/// [`Entry`] snapshot from this.
 #[derive(Debug, Default)]
 pub struct Store {
-    entries: HashMap<Bytes, Entry>,
+    table: HashTable<Slot>,
+    hasher: RandomState,
+    nodes: NodeIds,
     /// Every key with a deadline, ordered by deadline (then key, to keep pairs unique).
-    deadlines: BTreeSet<(Instant, Bytes)>,
+    deadlines: BTreeSet<(Instant, Box<[u8]>)>,
     /// The most keys the store holds at once (`None`: no limit).
     max_keys: Option<usize>,
     /// When journaling (a data dir is in use): every change since the last
@@ -183,8 +280,8 @@ pub struct Store {
 }
 
 /// Checks a request's fencing token against the key's (docs/protocol.md section 5).
-fn check_fence(entry: &Entry, token: Option<&Hlc>) -> Result<(), StoreError> {
-    match (&entry.fencing_token, token) {
+fn check_fence(held: Option<&Hlc>, token: Option<&Hlc>) -> Result<(), StoreError> {
+    match (held, token) {
         (None, _) => Ok(()),
         (Some(_), None) => Err(StoreError::FencingTokenRequired),
         (Some(held), Some(given)) if given < held => Err(StoreError::FencingTokenLowerVersion),
@@ -238,32 +335,117 @@ impl Store {
     }
 
     /// Puts a key as given (`None`: absent), bypassing conditions and quota: for restoring
-    /// from disk and for [`Store::undo`]. Not journaled if journaling is off.
+    /// from disk and for [`Store::undo`]. Not journaled if journaling is off. A key of 4 GiB
+    /// or more cannot be stored and is only removed (the codec never produces one).
     pub fn put(&mut self, key: Bytes, entry: Option<Entry>) {
         self.remove(&key);
         if let Some(entry) = entry {
-            self.record(&key, None);
-            if let Some(at) = entry.expires_at {
-                self.deadlines.insert((at, key.clone()));
-            }
-            self.entries.insert(key, entry);
+            let Ok(slot) = self.slot(
+                &key,
+                &entry.value,
+                &entry.version,
+                Extra {
+                    expires_at: entry.expires_at,
+                    fencing_token: entry.fencing_token,
+                    node_id: None,
+                },
+                entry.persist,
+            ) else {
+                tracing::error!(
+                    key_len = key.len(),
+                    "a key of 4 GiB or more cannot be stored"
+                );
+                return;
+            };
+            self.record(&key, |_| None);
+            self.insert_new(slot);
         }
     }
 
-    fn record(&mut self, key: &Bytes, before: Option<Entry>) {
-        if let Some(journal) = &mut self.journal {
-            journal.push((key.clone(), before));
+    fn record(&mut self, key: &[u8], before: impl FnOnce(&Self) -> Option<Entry>) {
+        if self.journal.is_some() {
+            let before = before(self);
+            if let Some(journal) = &mut self.journal {
+                journal.push((Bytes::copy_from_slice(key), before));
+            }
         }
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Builds a slot: one heap block for key and value, the version's node id interned.
+    fn slot(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        version: &Hlc,
+        mut extra: Extra,
+        persist: bool,
+    ) -> Result<Slot, StoreError> {
+        let key_len = u32::try_from(key.len()).map_err(|_| StoreError::KeyTooLong)?;
+        let mut data = Vec::with_capacity(key.len() + value.len());
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+        let node = match self.nodes.intern(&version.node_id) {
+            Some(i) => i,
+            None => {
+                extra.node_id = Some(version.node_id.clone());
+                NODE_IN_EXTRA
+            }
+        };
+        let has_extra =
+            extra.expires_at.is_some() || extra.fencing_token.is_some() || extra.node_id.is_some();
+        Ok(Slot {
+            data: data.into_boxed_slice(),
+            version_ms: version.ms,
+            version_counter: version.counter,
+            extra: has_extra.then(|| Box::new(extra)),
+            key_len,
+            node,
+            persist,
+        })
+    }
+
+    /// The [`Entry`] snapshot of a slot.
+    fn entry(&self, slot: &Slot) -> Entry {
+        let node_id = match (&slot.extra, slot.node) {
+            (Some(extra), NODE_IN_EXTRA) => extra.node_id.clone().unwrap_or_default(),
+            (_, i) => self.nodes.get(i).to_owned(),
+        };
+        Entry {
+            value: Bytes::copy_from_slice(slot.value()),
+            version: Hlc::new(slot.version_ms, slot.version_counter, node_id),
+            fencing_token: slot.fencing_token().cloned(),
+            expires_at: slot.expires_at(),
+            persist: slot.persist,
+        }
+    }
+
+    fn find(&self, key: &[u8]) -> Option<&Slot> {
+        self.table.find(self.hash(key), |s| s.key() == key)
+    }
+
+    /// Inserts a slot whose key is not in the table.
+    fn insert_new(&mut self, slot: Slot) {
+        if let Some(at) = slot.expires_at() {
+            self.deadlines.insert((at, Box::from(slot.key())));
+        }
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(slot.key());
+        self.table
+            .insert_unique(hash, slot, |s| hasher.hash_one(s.key()));
     }
 
     /// How many keys the store holds (including expired keys not yet removed).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.len()
     }
 
     /// Whether the store holds no key.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.table.is_empty()
     }
 
     /// The key quota.
@@ -271,15 +453,22 @@ impl Store {
         self.max_keys
     }
 
-    /// Every key and its entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Entry)> {
-        self.entries.iter()
+    /// Every key and a snapshot of its entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (Bytes, Entry)> + '_ {
+        self.table
+            .iter()
+            .map(|s| (Bytes::copy_from_slice(s.key()), self.entry(s)))
     }
 
-    /// The stored entry of a key. Call [`Store::expire_due`] first so that an expired key is
-    /// not returned.
-    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.entries.get(key)
+    /// A snapshot of the stored entry of a key. Call [`Store::expire_due`] first so that an
+    /// expired key is not returned.
+    pub fn get(&self, key: &[u8]) -> Option<Entry> {
+        self.find(key).map(|s| self.entry(s))
+    }
+
+    /// Whether the key exists and is kept on disk (cheaper than [`Store::get`]).
+    pub fn persists(&self, key: &[u8]) -> bool {
+        self.find(key).is_some_and(|s| s.persist)
     }
 
     /// The earliest deadline of any key, if one has one.
@@ -294,12 +483,18 @@ impl Store {
             if *at > now {
                 break;
             }
-            let Some((_, key)) = self.deadlines.pop_first() else {
+            let Some((_, key)) = self.deadlines.first().cloned() else {
                 break;
             };
-            if let Some(entry) = self.entries.remove(&key) {
-                self.record(&key, Some(entry.clone()));
-                expired.push((key, entry));
+            // `remove` takes the deadline out too.
+            match self.remove(&key) {
+                Some(slot) => {
+                    let entry = self.entry(&slot);
+                    expired.push((Bytes::from(key), entry));
+                }
+                None => {
+                    self.deadlines.pop_first();
+                }
             }
         }
         expired
@@ -321,60 +516,67 @@ impl Store {
             fencing_token,
             persist,
         } = args;
-        let token = match self.entries.get(&key) {
-            Some(entry) => {
-                check_fence(entry, fencing_token.as_ref())?;
+        let (token, old_at) = match self.find(&key) {
+            Some(slot) => {
+                check_fence(slot.fencing_token(), fencing_token.as_ref())?;
                 let applies = match condition {
                     SetCondition::Always => true,
                     SetCondition::NotExists => false,
-                    SetCondition::NotExistsOrEqual => entry.value == value,
+                    SetCondition::NotExistsOrEqual => slot.value() == &value[..],
                 };
                 if !applies {
                     return Ok(SetOutcome::NotApplied);
                 }
                 // The stored token becomes the newer of the two.
-                match (&entry.fencing_token, fencing_token) {
+                let token = match (slot.fencing_token(), fencing_token) {
                     (Some(held), Some(given)) => Some(given.max(held.clone())),
-                    (held, given) => given.or_else(|| held.clone()),
-                }
+                    (held, given) => given.or_else(|| held.cloned()),
+                };
+                (token, Some(slot.expires_at()))
             }
             None => {
-                if self.max_keys.is_some_and(|max| self.entries.len() >= max) {
+                if self.max_keys.is_some_and(|max| self.table.len() >= max) {
                     return Err(StoreError::QuotaExceeded);
                 }
-                fencing_token
+                (fencing_token, None)
             }
         };
         // A SET without PX clears a previous deadline (as in Redis).
         let expires_at = expiry.map(|d| now.checked_add(d).unwrap_or(far_future(now)));
-        let entry = Entry {
-            value,
-            version,
-            fencing_token: token,
+        let extra = Extra {
             expires_at,
-            persist,
+            fencing_token: token,
+            node_id: None,
         };
-        if let Some(at) = expires_at {
-            self.deadlines.insert((at, key.clone()));
+        let slot = self.slot(&key, &value, &version, extra, persist)?;
+        self.record(&key, |s| s.get(&key));
+        match old_at {
+            Some(old_at) => {
+                if old_at != expires_at {
+                    if let Some(old_at) = old_at {
+                        self.deadlines.remove(&(old_at, Box::from(&key[..])));
+                    }
+                    if let Some(at) = expires_at {
+                        self.deadlines.insert((at, Box::from(&key[..])));
+                    }
+                }
+                let hash = self.hash(&key);
+                if let Some(stored) = self.table.find_mut(hash, |s| s.key() == &key[..]) {
+                    *stored = slot;
+                }
+            }
+            None => self.insert_new(slot),
         }
-        let old = self.entries.insert(key.clone(), entry);
-        if let Some(old) = &old
-            && let Some(old_at) = old.expires_at
-            && Some(old_at) != expires_at
-        {
-            self.deadlines.remove(&(old_at, key.clone()));
-        }
-        self.record(&key, old);
         Ok(SetOutcome::Applied)
     }
 
     /// DEL: the number of keys deleted (0 or 1). A fenced key needs a token at least as new
     /// as its own.
     pub fn del(&mut self, key: &[u8], fencing_token: Option<&Hlc>) -> Result<u32, StoreError> {
-        let Some(entry) = self.entries.get(key) else {
+        let Some(slot) = self.find(key) else {
             return Ok(0);
         };
-        check_fence(entry, fencing_token)?;
+        check_fence(slot.fencing_token(), fencing_token)?;
         self.remove(key);
         Ok(1)
     }
@@ -387,24 +589,34 @@ impl Store {
         value: &[u8],
         fencing_token: Option<&Hlc>,
     ) -> Result<VdelOutcome, StoreError> {
-        let Some(entry) = self.entries.get(key) else {
+        let Some(slot) = self.find(key) else {
             return Ok(VdelOutcome::Missing);
         };
-        check_fence(entry, fencing_token)?;
-        if entry.value != value {
+        check_fence(slot.fencing_token(), fencing_token)?;
+        if slot.value() != value {
             return Ok(VdelOutcome::Mismatch);
         }
         self.remove(key);
         Ok(VdelOutcome::Deleted)
     }
 
-    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let (key, entry) = self.entries.remove_entry(key)?;
-        if let Some(at) = entry.expires_at {
-            self.deadlines.remove(&(at, key.clone()));
+    fn remove(&mut self, key: &[u8]) -> Option<Slot> {
+        let hash = self.hash(key);
+        let (slot, _) = self
+            .table
+            .find_entry(hash, |s| s.key() == key)
+            .ok()?
+            .remove();
+        if let Some(at) = slot.expires_at() {
+            self.deadlines.remove(&(at, Box::from(key)));
         }
-        self.record(&key, Some(entry.clone()));
-        Some(entry)
+        if self.journal.is_some() {
+            let entry = self.entry(&slot);
+            if let Some(journal) = &mut self.journal {
+                journal.push((Bytes::copy_from_slice(key), Some(entry)));
+            }
+        }
+        Some(slot)
     }
 }
 

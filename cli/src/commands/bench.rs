@@ -62,6 +62,22 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Measure the memory a local server spends per key instead: start `mqstate serve` on a
+    /// free port, write `--keys` 12-byte keys of `--value-size` bytes and print its RSS
+    /// growth per key (Linux). The connection flags are not used.
+    #[arg(long)]
+    pub memory: bool,
+
+    /// With `--memory`: then delete and write the same keys again for this long, printing
+    /// the RSS every tenth of it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "memory")]
+    pub churn: Option<Duration>,
+
+    /// With `--memory`: the `mqstate` executable whose `serve` to measure (default: this
+    /// one), to compare two builds.
+    #[arg(long, value_name = "PATH", requires = "memory")]
+    pub server_exe: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub connect: ConnectArgs,
 }
@@ -92,6 +108,9 @@ impl PhaseResult {
 /// printed and the exit code is 130. If any request failed, the figures are printed and the first error
 /// decides the exit code.
 pub async fn run(args: BenchArgs) -> Outcome {
+    if args.memory {
+        return super::bench_memory::run(args).await;
+    }
     if args.duration.is_zero() {
         return Err(Failure::usage("--duration must be greater than zero"));
     }

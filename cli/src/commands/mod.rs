@@ -2,6 +2,7 @@
 //! from the command line as bytes, and running a future with Ctrl-C handled.
 
 pub mod bench;
+pub mod bench_memory;
 pub mod completions;
 pub mod del;
 pub mod elect;

@@ -236,7 +236,10 @@ impl Monitor {
     /// A SET was applied; `entry` is the key as stored now, `lease` says it was `NEX` + `PX`.
     pub fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
         let mut state = self.state();
-        state.keys.insert(key.clone(), KeyRecord::of(entry, lease));
+        // A copy: the request's key is a slice of the received packet, which it would keep.
+        state
+            .keys
+            .insert(Bytes::copy_from_slice(key), KeyRecord::of(entry, lease));
         let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
         self.push(
             &mut state,

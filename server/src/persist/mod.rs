@@ -258,9 +258,10 @@ impl Persistence {
 
     /// Whether the store's journal holds a change to a key that is (or was) on disk.
     pub fn needs_disk(&self, store: &Store) -> bool {
-        store.journal().iter().any(|(key, before)| {
-            before.as_ref().is_some_and(|e| e.persist) || store.get(key).is_some_and(|e| e.persist)
-        })
+        store
+            .journal()
+            .iter()
+            .any(|(key, before)| before.as_ref().is_some_and(|e| e.persist) || store.persists(key))
     }
 
     /// Commits the store's journal: every key it touched that is (or was) on disk is written
@@ -319,7 +320,7 @@ impl Persistence {
             let current = store.get(key).filter(|e| e.persist);
             let was_on_disk = before.as_ref().is_some_and(|e| e.persist);
             match current {
-                Some(entry) => writes.push((key.clone(), Some(to_record(entry, now, now_unix)))),
+                Some(entry) => writes.push((key.clone(), Some(to_record(&entry, now, now_unix)))),
                 None if was_on_disk => writes.push((key.clone(), None)),
                 None => {}
             }
