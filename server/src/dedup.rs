@@ -216,7 +216,6 @@ impl<T> DedupCache<T> {
         answer_len + ALLOC + key + std::mem::size_of::<Option<Cached<T>>>() + index
     }
 
-
     /// Remembers the answer to a request; `size` is what it counts against `max_bytes`.
     /// An answer larger than `max_bytes` is not kept.
     pub fn insert(
