@@ -144,7 +144,10 @@ impl IotHubServer {
         tracing::info!(
             devices = %device_addr,
             tls = hub.endpoints().tls,
-            admin = ?hub.endpoints().admin_endpoint,
+            admin = %hub
+                .endpoints()
+                .admin_endpoint
+                .map_or_else(|| "off".to_owned(), |a| a.to_string()),
             hostname = %config.hostname,
             "local IoT Hub ready"
         );

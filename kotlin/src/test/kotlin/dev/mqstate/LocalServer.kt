@@ -47,7 +47,7 @@ class LocalServer private constructor(
                 seen.appendLine(line)
                 val m = Regex("ready url=(mqtt://127\\.0\\.0\\.1:(\\d+))").find(line)
                 if (m != null) {
-                    val hub = Regex("IoT Hub ready devices=127\\.0\\.0\\.1:(\\d+) .*admin=Some\\((127\\.0\\.0\\.1:\\d+)\\)").find(seen)
+                    val hub = Regex("IoT Hub ready devices=127\\.0\\.0\\.1:(\\d+) .*admin=(127\\.0\\.0\\.1:\\d+)").find(seen)
                     if (iothub && hub == null) {
                         process.destroyForcibly()
                         error("mqstate serve did not report its IoT Hub ports:\n$seen")
