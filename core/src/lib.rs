@@ -49,6 +49,8 @@ pub mod iothub;
 #[cfg(feature = "client")]
 pub mod lock;
 pub mod protocol;
+#[cfg(feature = "client")]
+pub mod stream;
 
 // The paths of the flat layout, kept for downstream code.
 #[cfg(feature = "client")]

@@ -21,7 +21,6 @@ mod iothub;
 mod lock;
 mod observe;
 mod server;
-mod stream;
 mod util;
 
 pub use client::{CancelToken, NativeClient, bench_rust_get};

@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 use crate::client::{CancelToken, NativeClient, receiver};
 use crate::error::js_error;
 use crate::hlc::Hlc;
-use crate::stream::Pull;
 use crate::util::{bytes, millis, rejected, spawn};
+use mqstate::stream::SharedStream;
 
 /// A duration in ms from JavaScript (the core decides which values are allowed: a ttl or a
 /// term of zero is refused there).
@@ -271,7 +271,7 @@ impl NativeLease {
     #[napi]
     pub fn events(&self) -> NativeLeaseEvents {
         NativeLeaseEvents {
-            inner: Pull::new(self.lease.events(), &self.client),
+            inner: SharedStream::new(self.lease.events(), self.client.state_changes()),
         }
     }
 }
@@ -280,7 +280,7 @@ impl NativeLease {
 #[napi]
 #[derive(Debug)]
 pub struct NativeLeaseEvents {
-    inner: Arc<Pull<LeaseEvents>>,
+    inner: Arc<SharedStream<LeaseEvents>>,
 }
 
 #[napi]
@@ -699,7 +699,7 @@ impl NativeLeaderElection {
             async move { election.events().await },
             move |_, events| {
                 Ok(NativeLeadershipEvents {
-                    inner: Pull::new(events, &client),
+                    inner: SharedStream::new(events, client.state_changes()),
                 })
             },
         )
@@ -710,7 +710,7 @@ impl NativeLeaderElection {
 #[napi]
 #[derive(Debug)]
 pub struct NativeLeadershipEvents {
-    inner: Arc<Pull<LeadershipEvents>>,
+    inner: Arc<SharedStream<LeadershipEvents>>,
 }
 
 #[napi]

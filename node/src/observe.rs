@@ -9,8 +9,8 @@ use napi::bindgen_prelude::{BufferSlice, PromiseRaw};
 use napi_derive::napi;
 
 use crate::hlc::Hlc;
-use crate::stream::Pull;
 use crate::util::spawn;
+use mqstate::stream::SharedStream;
 
 /// A change of an observed key.
 #[napi(object, object_from_js = false)]
@@ -44,13 +44,13 @@ impl std::fmt::Debug for Notification<'_> {
 #[napi]
 #[derive(Debug)]
 pub struct NativeObservation {
-    inner: Arc<Pull<KeyObservation>>,
+    inner: Arc<SharedStream<KeyObservation>>,
 }
 
 impl NativeObservation {
     pub(crate) fn new(observation: KeyObservation, client: &Client) -> Self {
         NativeObservation {
-            inner: Pull::new(observation, client),
+            inner: SharedStream::new(observation, client.state_changes()),
         }
     }
 }

@@ -143,7 +143,7 @@ fn dedup_per_entry(n: usize) -> (f64, f64) {
         buf.extend_from_slice(&[0u8; 100]);
         buf.extend_from_slice(&(i as u128).to_le_bytes());
         let correlation = buf.freeze().slice(100..116);
-        let size = answer.payload.len() + 16 + client.len() + 64;
+        let size = DedupCache::<CachedAnswer>::entry_size(&correlation, answer.payload.len());
         cache.insert(
             client,
             correlation,

@@ -837,8 +837,7 @@ impl StoreTask {
         self.respond(&response_topic, &correlation, message_expiry, &answer)
             .await;
         self.publish_notifications(notifications).await;
-        let size =
-            DedupCache::<CachedAnswer>::entry_size(&dedup_id, &correlation, answer.payload.len());
+        let size = DedupCache::<CachedAnswer>::entry_size(&correlation, answer.payload.len());
         let cached = CachedAnswer::of(answer, &self.node_id);
         self.dedup.insert(
             &dedup_id,

@@ -30,7 +30,6 @@ mod lock;
 mod observe;
 mod options;
 mod runtime;
-mod stream;
 mod types;
 
 pub use bench::bench_rust_get;

@@ -9,8 +9,8 @@ use tokio::sync::Mutex;
 use crate::client::Client;
 use crate::errors::MqstateError;
 use crate::runtime::{run, runtime};
-use crate::stream::Pull;
 use crate::types::Hlc;
+use mqstate::stream::SharedStream;
 
 /// What happened to a lease.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Enum)]
@@ -105,7 +105,7 @@ impl From<core::LeadershipEvent> for LeadershipEvent {
 /// The events of a lease (or a lock), read with `next()`.
 #[derive(Debug, uniffi::Object)]
 pub struct LeaseEvents {
-    inner: Arc<Pull<core::LeaseEvents>>,
+    inner: Arc<SharedStream<core::LeaseEvents>>,
 }
 
 #[uniffi::export]
@@ -125,7 +125,7 @@ impl LeaseEvents {
 /// The events of an election, read with `next()`.
 #[derive(Debug, uniffi::Object)]
 pub struct LeadershipEvents {
-    inner: Arc<Pull<core::LeadershipEvents>>,
+    inner: Arc<SharedStream<core::LeadershipEvents>>,
 }
 
 #[uniffi::export]
@@ -192,7 +192,7 @@ impl Lease {
     /// The lease's events from now on.
     pub fn events(&self) -> Arc<LeaseEvents> {
         Arc::new(LeaseEvents {
-            inner: Pull::new(self.inner.events(), self.client.state_changes()),
+            inner: SharedStream::new(self.inner.events(), self.client.state_changes()),
         })
     }
 
@@ -442,7 +442,7 @@ impl LeaderElection {
         let e = self.inner.clone();
         let events = run(async move { e.events().await }).await?;
         Ok(Arc::new(LeadershipEvents {
-            inner: Pull::new(events, self.client.state_changes()),
+            inner: SharedStream::new(events, self.client.state_changes()),
         }))
     }
 }

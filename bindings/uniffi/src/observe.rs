@@ -7,8 +7,8 @@ use mqstate::{KeyNotification, KeyObservation, NotifyOperation};
 
 use crate::errors::MqstateError;
 use crate::runtime::run;
-use crate::stream::Pull;
 use crate::types::Hlc;
+use mqstate::stream::SharedStream;
 
 /// A change of an observed key.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
@@ -45,13 +45,13 @@ impl From<KeyNotification> for Notification {
 /// The stream of one key's changes.
 #[derive(Debug, uniffi::Object)]
 pub struct Observation {
-    inner: Arc<Pull<KeyObservation>>,
+    inner: Arc<SharedStream<KeyObservation>>,
 }
 
 impl Observation {
     pub(crate) fn new(observation: KeyObservation, client: &mqstate::Client) -> Self {
         Observation {
-            inner: Pull::new(observation, client.state_changes()),
+            inner: SharedStream::new(observation, client.state_changes()),
         }
     }
 }
