@@ -1,6 +1,7 @@
 # Shared helpers for scripts/*; sourced, not run.
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step line carries the wall-clock time, so that a CI log shows where the minutes go.
+step() { printf '\n==> %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 # Installs Debian packages whose commands are missing. Package installs must not start
 # system services (a system mosquitto on port 1883 would collide with `mqstate serve`),
