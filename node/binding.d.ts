@@ -365,9 +365,9 @@ export declare class NativeObservation {
 }
 
 /**
- * The Rust figure of the benchmark: connects its own client to `url`, writes one 32-byte
- * value, then runs `n` GETs of it with `depth` in flight, from Rust only. Resolves to the
- * GETs per second.
+ * The Rust figure of the benchmark (`mqstate::bench::rust_get`): connects its own client to
+ * `url`, writes one 32-byte value, then runs `n` GETs of it with `depth` in flight, from Rust
+ * only. Resolves to the GETs per second.
  */
 export declare function benchRustGet(url: string, n: number, depth: number): Promise<number>
 

@@ -41,6 +41,9 @@
 // `client` feature (on by default); without it the crate is the protocol part only (and the
 // pure IoT Hub parts: property bags, SAS tokens, message content), which is what the local
 // server's store is built on.
+#[doc(hidden)]
+#[cfg(feature = "client")]
+pub mod bench;
 #[cfg(feature = "client")]
 pub mod blocking;
 #[cfg(feature = "client")]

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::time::Duration;
 
-use bytes::Bytes;
 use mqstate::{
     Client, ConnectOptions, Error, ReconnectPolicy, SetOptions, TlsOptions, VdelOutcome,
 };
@@ -504,9 +503,9 @@ impl NativeClient {
     }
 }
 
-/// The Rust figure of the benchmark: connects its own client to `url`, writes one 32-byte
-/// value, then runs `n` GETs of it with `depth` in flight, from Rust only. Resolves to the
-/// GETs per second.
+/// The Rust figure of the benchmark (`mqstate::bench::rust_get`): connects its own client to
+/// `url`, writes one 32-byte value, then runs `n` GETs of it with `depth` in flight, from Rust
+/// only. Resolves to the GETs per second.
 #[napi]
 pub fn bench_rust_get(
     env: &Env,
@@ -517,33 +516,7 @@ pub fn bench_rust_get(
     spawn(
         env,
         None,
-        async move {
-            let client = Client::connect(ConnectOptions::from_url(&url)?).await?;
-            let key = Bytes::from_static(b"mqstate-bench-rust");
-            client
-                .set(&key, [0x5a_u8; 32], SetOptions::default())
-                .await?;
-            let depth = depth.clamp(1, n.max(1));
-            let started = std::time::Instant::now();
-            let mut workers = tokio::task::JoinSet::new();
-            for w in 0..depth {
-                let (client, key) = (client.clone(), key.clone());
-                // Spread n over the workers.
-                let count = n / depth + u32::from(w < n % depth);
-                workers.spawn(async move {
-                    for _ in 0..count {
-                        client.get(&key).await?;
-                    }
-                    Ok::<(), Error>(())
-                });
-            }
-            while let Some(done) = workers.join_next().await {
-                done.map_err(|e| Error::Disconnected(format!("benchmark task failed: {e}")))??;
-            }
-            let secs = started.elapsed().as_secs_f64();
-            client.close().await;
-            Ok(f64::from(n) / secs)
-        },
+        async move { mqstate::bench::rust_get(&url, n, depth).await },
         |_, ops| Ok(ops),
     )
 }

@@ -1,8 +1,5 @@
-//! The Rust figure of the Kotlin benchmark (`kotlin/bench`): the core's own client, measured
-//! in the same process and run as the Kotlin one.
-
-use bytes::Bytes;
-use mqstate::{Client, ConnectOptions, Error, SetOptions};
+//! The Rust figure of the Kotlin benchmark (`GetBenchmark`): the core's baseline loop
+//! (`mqstate::bench::rust_get`), measured in the same process and run as the Kotlin one.
 
 use crate::errors::MqstateError;
 use crate::runtime::run;
@@ -11,32 +8,5 @@ use crate::runtime::run;
 /// `depth` in flight, from Rust only. Returns the GETs per second.
 #[uniffi::export]
 pub async fn bench_rust_get(url: String, n: u32, depth: u32) -> Result<f64, MqstateError> {
-    run(async move {
-        let client = Client::connect(ConnectOptions::from_url(&url)?).await?;
-        let key = Bytes::from_static(b"mqstate-bench-rust");
-        client
-            .set(&key, [0x5a_u8; 32], SetOptions::default())
-            .await?;
-        let depth = depth.clamp(1, n.max(1));
-        let started = std::time::Instant::now();
-        let mut workers = tokio::task::JoinSet::new();
-        for w in 0..depth {
-            let (client, key) = (client.clone(), key.clone());
-            // Spread n over the workers.
-            let count = n / depth + u32::from(w < n % depth);
-            workers.spawn(async move {
-                for _ in 0..count {
-                    client.get(&key).await?;
-                }
-                Ok::<(), Error>(())
-            });
-        }
-        while let Some(done) = workers.join_next().await {
-            done.map_err(|e| Error::Disconnected(format!("benchmark task failed: {e}")))??;
-        }
-        let secs = started.elapsed().as_secs_f64();
-        client.close().await;
-        Ok::<_, Error>(f64::from(n) / secs)
-    })
-    .await
+    run(async move { mqstate::bench::rust_get(&url, n, depth).await }).await
 }
