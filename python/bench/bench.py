@@ -11,16 +11,22 @@ for each round measures, one after the other:
 - asyncio: 64 asyncio tasks awaiting ``AsyncClient.get`` in a loop (64 in flight) and the
   Rust client with 64 tasks (``depth=64``).
 
-It prints the median of the rounds for each, and Python / Rust as a ratio. Build the module
-with `maturin develop --release` first: a debug build measures the debug build.
+It prints the median of the rounds for each, and Python / Rust as a ratio. With ``--cpu``
+(Linux) it also prints the CPU time each workload used per request, split into this thread
+(the event loop's, for the asyncio rows) and the library's runtime workers (which also run
+the local server and its broker). Build the module with `maturin develop --release` first: a
+debug build measures the debug build.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import threading
 import time
+from collections.abc import Callable
 
 import mqstate
 from mqstate._native import _bench_rust_blocking_get, _bench_rust_get
@@ -28,6 +34,33 @@ from mqstate.testing import LocalServer
 
 KEY = "mqstate-bench"
 VALUE = b"0123456789abcdef"
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time (user + system) used so far by this thread and by all the others."""
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = other = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == threading.get_native_id():
+            mine += used
+        else:
+            other += used
+    return mine, other
+
+
+def measured(run: Callable[[], float], n: int, cpu: list[tuple[float, float]]) -> float:
+    """Runs a workload of `n` requests; appends its CPU µs per request (this thread, others)."""
+    before = _cpu_seconds()
+    rate = run()
+    after = _cpu_seconds()
+    cpu.append(tuple((a - b) * 1e6 / n for a, b in zip(after, before)))  # type: ignore[arg-type]
+    return rate
 
 
 def python_blocking(url: str, n: int) -> float:
@@ -70,6 +103,7 @@ def main() -> None:
     parser.add_argument("--sync-ops", type=int, default=20_000)
     parser.add_argument("--async-ops", type=int, default=100_000)
     parser.add_argument("--depth", type=int, default=64)
+    parser.add_argument("--cpu", action="store_true", help="also print CPU µs per request")
     args = parser.parse_args()
 
     server = None if args.url else LocalServer()
@@ -77,12 +111,17 @@ def main() -> None:
     try:
         with mqstate.Client(url) as c:
             c.set(KEY, VALUE)
-        results: dict[str, list[float]] = {k: [] for k in ("py1", "rs1", "pyN", "rsN")}
+        workloads: dict[str, tuple[int, Callable[[], float]]] = {
+            "rs1": (args.sync_ops, lambda: _bench_rust_blocking_get(url, args.sync_ops, KEY)),
+            "py1": (args.sync_ops, lambda: python_blocking(url, args.sync_ops)),
+            "rsN": (args.async_ops, lambda: _bench_rust_get(url, args.async_ops, args.depth, KEY)),
+            "pyN": (args.async_ops, lambda: python_async(url, args.async_ops, args.depth)),
+        }
+        results: dict[str, list[float]] = {k: [] for k in workloads}
+        cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in workloads}
         for _ in range(args.rounds):
-            results["rs1"].append(_bench_rust_blocking_get(url, args.sync_ops, KEY))
-            results["py1"].append(python_blocking(url, args.sync_ops))
-            results["rsN"].append(_bench_rust_get(url, args.async_ops, args.depth, KEY))
-            results["pyN"].append(python_async(url, args.async_ops, args.depth))
+            for name, (n, run) in workloads.items():
+                results[name].append(measured(run, n, cpu[name]))
     finally:
         if server:
             server.stop()
@@ -100,6 +139,14 @@ def main() -> None:
         "(Rust: mqstate::blocking::Client for the blocking row, the async Client with the"
         " same depth for the asyncio row)"
     )
+    if args.cpu:
+        print(f"CPU µs per request, median of {args.rounds} rounds: this thread + runtime workers")
+        names = {"py1": "Python blocking", "rs1": "Rust blocking", "pyN": "Python asyncio"}
+        names["rsN"] = "Rust async"
+        for key, name in names.items():
+            mine = statistics.median(c[0] for c in cpu[key])
+            other = statistics.median(c[1] for c in cpu[key])
+            print(f"  {name:<16}{mine:>8.1f} +{other:>7.1f} = {mine + other:>6.1f}")
 
 
 if __name__ == "__main__":

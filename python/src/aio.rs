@@ -22,7 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use pyo3::IntoPyObjectExt;
@@ -182,14 +182,24 @@ where
     let bridge = bridge(&event_loop)?;
     let asyncio_future = event_loop.call_method0("create_future")?;
     let target = asyncio_future.clone().unbind();
+    let abort = Py::new(py, AbortTask(OnceLock::new()))?;
+    let on_done = abort.clone_ref(py);
     let task = runtime().spawn(async move {
         let output = CatchUnwind(Box::pin(future)).await;
         bridge.push(
             target,
-            Box::new(move |py, future| complete(py, future, output)),
+            Box::new(move |py, future| {
+                // The task has finished, so the abort callback has nothing left to do. Left
+                // in place, it would cost the loop one more scheduled callback (a `call_soon`
+                // handle, run on a later iteration) for every request.
+                let _ = future.call_method1("remove_done_callback", (on_done,));
+                complete(py, future, output)
+            }),
         );
     });
-    asyncio_future.call_method1("add_done_callback", (AbortTask(task.abort_handle()),))?;
+    // Set before the loop can run the callback: it runs on this thread, after this returns.
+    let _ = abort.get().0.set(task.abort_handle());
+    asyncio_future.call_method1("add_done_callback", (abort,))?;
     Ok(asyncio_future)
 }
 
@@ -199,13 +209,8 @@ pub(crate) fn settle(
     future: &Bound<'_, PyAny>,
     result: PyResult<Bound<'_, PyAny>>,
 ) {
-    if future
-        .call_method0("done")
-        .and_then(|d| d.is_truthy())
-        .unwrap_or(true)
-    {
-        return;
-    }
+    // A future that is done already (cancelled) refuses the result with InvalidStateError,
+    // which is ignored: asking `done()` first would cost one more call for every request.
     let _ = match result {
         Ok(value) => future.call_method1("set_result", (value,)),
         Err(error) => future.call_method1("set_exception", (error.into_value(py),)),
@@ -301,16 +306,19 @@ impl Pending {
     }
 }
 
-/// `add_done_callback` of an asyncio future: once it is done (cancelled, or given its
-/// result), the task behind it is aborted (a no-op if it has finished).
+/// `add_done_callback` of an asyncio future: once it is done before its task has finished
+/// (cancelled), the task behind it is aborted. [`spawn_with`] sets the handle right after
+/// the spawn, and removes the callback when the task has delivered its result.
 #[pyclass(module = "mqstate._native", name = "_AbortTask", frozen)]
 #[derive(Debug)]
-pub(crate) struct AbortTask(tokio::task::AbortHandle);
+pub(crate) struct AbortTask(OnceLock<tokio::task::AbortHandle>);
 
 #[pymethods]
 impl AbortTask {
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        self.0.abort();
+        if let Some(task) = self.0.get() {
+            task.abort();
+        }
     }
 }
 

@@ -83,6 +83,32 @@ async def test_timeout(silent_broker: _SilentBroker) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_finished_request_schedules_only_its_waiter(
+    aclient: mqstate.AsyncClient, key: str
+) -> None:
+    """The cancellation hook of a request is removed once its result is in, so the loop runs
+    one callback per request (the awaiting task's wake-up) instead of two."""
+    await aclient.set(key, b"v")
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    call_soon = loop.call_soon
+
+    def counting(callback: object, *args: object, **kwargs: object) -> object:
+        scheduled.append(callback)
+        return call_soon(callback, *args, **kwargs)  # type: ignore[arg-type]
+
+    loop.call_soon = counting  # type: ignore[method-assign, assignment]
+    try:
+        for _ in range(20):
+            assert await aclient.get(key) == b"v"
+    finally:
+        del loop.call_soon
+    hooks = [cb for cb in scheduled if type(cb).__name__ == "_AbortTask"]
+    assert not hooks, f"{len(hooks)} cancellation hooks ran after their results"
+    assert len(scheduled) >= 20  # the wake-ups were seen: the check above looked at them
+
+
+@pytest.mark.asyncio
 async def test_cancelling_a_pending_await_cancels_the_request(
     silent_broker: _SilentBroker,
 ) -> None:
