@@ -274,7 +274,11 @@ impl<T> DedupCache<T> {
     }
 
     fn find(&self, client_id: &str, correlation: &[u8]) -> Option<u64> {
-        let client = self.clients.find(client_id)?;
+        self.find_by_index(self.clients.find(client_id)?, correlation)
+    }
+
+    /// [`Self::find`] for a client whose index is known.
+    fn find_by_index(&self, client: u32, correlation: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one((client, correlation));
         self.index
             .find(hash, |&seq| {
@@ -332,12 +336,14 @@ impl<T> DedupCache<T> {
         if size > self.limits.max_bytes || self.limits.max_entries == 0 {
             return;
         }
-        if let Some(old) = self.find(client_id, &correlation) {
-            self.remove(old);
-        }
+        // Counted before the replaced answer is forgotten, so that the client's index
+        // survives that (it would otherwise be freed when it was the client's only answer).
         let Some(client) = self.clients.acquire(client_id) else {
             return;
         };
+        if let Some(old) = self.find_by_index(client, &correlation) {
+            self.remove(old);
+        }
         let seq = self.first_seq + self.queue.len() as u64;
         self.queue.push_back(Some(Cached {
             client,
@@ -545,8 +551,17 @@ mod tests {
         c.insert("a", corr(1), 2, 60, t0 + Duration::from_secs(1));
         assert_eq!(c.len(), 1);
         assert_eq!(c.get("a", &corr(1), t0 + Duration::from_secs(2)), Some(&2));
+        // The replaced answer was the client's only one: its id stays, counted once.
+        assert_eq!(c.clients.by_name.len(), 1);
+        let a = c.clients.find("a").unwrap() as usize;
+        assert_eq!(c.clients.ids.get(a).map(|(_, count)| *count), Some(1));
+        assert!(c.clients.free.is_empty());
         // The replaced entry's old slot does not evict the new one.
         assert_eq!(c.get("a", &corr(1), t0 + Duration::from_secs(10)), Some(&2));
         assert_eq!(c.get("a", &corr(1), t0 + Duration::from_secs(11)), None);
+        assert!(
+            c.clients.by_name.is_empty(),
+            "forgotten with its last answer"
+        );
     }
 }
