@@ -33,50 +33,11 @@
 /* Generous: the machine running the tests may be very busy (and this runs under ASan). */
 #define WAIT_MS 30000u
 
-static int g_passed;
-static int g_failed;
-static int g_case_failed;
-static pthread_mutex_t g_report_lock = PTHREAD_MUTEX_INITIALIZER;
+#include "harness.h"
+
 static uint16_t g_device_port;
 static uint16_t g_admin_port;
 static char g_run[32]; /* makes this run's device ids unique */
-
-static void fail_at(const char *file, int line, const char *fmt, ...) {
-    va_list ap;
-    pthread_mutex_lock(&g_report_lock);
-    fprintf(stderr, "    %s:%d: ", file, line);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    g_case_failed = 1;
-    pthread_mutex_unlock(&g_report_lock);
-}
-
-static const char *last_message(char *buf, size_t len) {
-    size_t written = 0;
-    if (mqstate_error_message(buf, len, &written) != MQSTATE_OK) snprintf(buf, len, "(none)");
-    return buf;
-}
-
-#define CHECK(cond)                                                                             \
-    do {                                                                                        \
-        if (!(cond)) fail_at(__FILE__, __LINE__, "check failed: %s", #cond);                    \
-    } while (0)
-
-#define CHECK_STATUS(expr, expected)                                                            \
-    do {                                                                                        \
-        mqstate_status got_ = (expr);                                                           \
-        mqstate_status want_ = (expected);                                                      \
-        if (got_ != want_) {                                                                    \
-            char msg_[512];                                                                     \
-            fail_at(__FILE__, __LINE__, "%s returned %s, expected %s (last error: %s)", #expr,  \
-                    mqstate_status_name(got_), mqstate_status_name(want_),                      \
-                    got_ == MQSTATE_OK ? "-" : last_message(msg_, sizeof msg_));                \
-        }                                                                                       \
-    } while (0)
-
-#define CHECK_OK(expr) CHECK_STATUS(expr, MQSTATE_OK)
 
 #define CHECK_STR(got, want)                                                                    \
     do {                                                                                        \
@@ -95,26 +56,6 @@ static const char *last_message(char *buf, size_t len) {
             fail_at(__FILE__, __LINE__, "last error \"%s\" does not contain \"%s\"", msg_,      \
                     (needle));                                                                  \
     } while (0)
-
-static void run(const char *name, void (*test)(void)) {
-    g_case_failed = 0;
-    test();
-    if (g_case_failed) {
-        g_failed++;
-        printf("FAIL - %s\n", name);
-    } else {
-        g_passed++;
-        printf("ok - %s\n", name);
-    }
-    fflush(stdout);
-}
-
-static void sleep_ms(long ms) {
-    struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (ms % 1000) * 1000000L;
-    nanosleep(&ts, NULL);
-}
 
 static long now_ms(void) {
     struct timespec ts;
