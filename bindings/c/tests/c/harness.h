@@ -71,6 +71,16 @@ static const char *last_message(char *buf, size_t len) {
                     (needle));                                                                  \
     } while (0)
 
+/* `got` (a C string, possibly NULL) equals `want`. */
+#define CHECK_STR(got, want)                                                                    \
+    do {                                                                                        \
+        const char *g_ = (got);                                                                 \
+        const char *w_ = (want);                                                                \
+        if (g_ == NULL || strcmp(g_, w_) != 0)                                                  \
+            fail_at(__FILE__, __LINE__, "%s is \"%s\", expected \"%s\"", #got,                  \
+                    g_ ? g_ : "(NULL)", w_);                                                    \
+    } while (0)
+
 /* Runs one test case and prints "ok - NAME" or "FAIL - NAME". */
 static void run(const char *name, void (*test)(void)) {
     g_case_failed = 0;

@@ -39,24 +39,6 @@ static uint16_t g_device_port;
 static uint16_t g_admin_port;
 static char g_run[32]; /* makes this run's device ids unique */
 
-#define CHECK_STR(got, want)                                                                    \
-    do {                                                                                        \
-        const char *g_ = (got);                                                                 \
-        const char *w_ = (want);                                                                \
-        if (g_ == NULL || strcmp(g_, w_) != 0)                                                  \
-            fail_at(__FILE__, __LINE__, "%s is \"%s\", expected \"%s\"", #got,                  \
-                    g_ ? g_ : "(NULL)", w_);                                                    \
-    } while (0)
-
-#define CHECK_MESSAGE_HAS(needle)                                                               \
-    do {                                                                                        \
-        char msg_[1024];                                                                        \
-        last_message(msg_, sizeof msg_);                                                        \
-        if (strstr(msg_, (needle)) == NULL)                                                     \
-            fail_at(__FILE__, __LINE__, "last error \"%s\" does not contain \"%s\"", msg_,      \
-                    (needle));                                                                  \
-    } while (0)
-
 static long now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
