@@ -54,8 +54,13 @@ def _cpu_seconds() -> tuple[float, float]:
     return mine, other
 
 
-def measured(run: Callable[[], float], n: int, cpu: list[tuple[float, float]]) -> float:
-    """Runs a workload of `n` requests; appends its CPU µs per request (this thread, others)."""
+def measured(
+    run: Callable[[], float], n: int, cpu: list[tuple[float, float]] | None
+) -> float:
+    """Runs a workload of `n` requests. With `cpu` (--cpu), also appends its CPU µs per
+    request (this thread, the others); without it, /proc is not read (it is Linux only)."""
+    if cpu is None:
+        return run()
     before = _cpu_seconds()
     rate = run()
     after = _cpu_seconds()
@@ -121,7 +126,7 @@ def main() -> None:
         cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in workloads}
         for _ in range(args.rounds):
             for name, (n, run) in workloads.items():
-                results[name].append(measured(run, n, cpu[name]))
+                results[name].append(measured(run, n, cpu[name] if args.cpu else None))
     finally:
         if server:
             server.stop()
@@ -141,9 +146,13 @@ def main() -> None:
     )
     if args.cpu:
         print(f"CPU µs per request, median of {args.rounds} rounds: this thread + runtime workers")
-        names = {"py1": "Python blocking", "rs1": "Rust blocking", "pyN": "Python asyncio"}
-        names["rsN"] = "Rust async"
-        for key, name in names.items():
+        names = (
+            ("py1", "Python blocking"),
+            ("rs1", "Rust blocking"),
+            ("pyN", "Python asyncio"),
+            ("rsN", "Rust async"),
+        )
+        for key, name in names:
             mine = statistics.median(c[0] for c in cpu[key])
             other = statistics.median(c[1] for c in cpu[key])
             print(f"  {name:<16}{mine:>8.1f} +{other:>7.1f} = {mine + other:>6.1f}")

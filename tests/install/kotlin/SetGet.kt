@@ -1,6 +1,6 @@
 // Install test (scripts/test-install): compiled by Maven in an empty project that depends on
-// the Kotlin jar from dist/ (installed into a file repository of its own), and run with
-// `java` on the resolved class path. Sets a key and reads it back.
+// the Kotlin jar from dist/ (by its path, see pom.xml here), and run with `java` on the
+// resolved class path. Sets a key and reads it back.
 //
 //     java -cp ... SetGetKt mqtt://127.0.0.1:PORT KEY VERSION
 
