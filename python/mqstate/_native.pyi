@@ -50,6 +50,7 @@ __all__ = [
     "__version__",
     "_bench_rust_blocking_get",
     "_bench_rust_get",
+    "_panicking_call",
 ]
 
 @final
@@ -779,6 +780,9 @@ def _bench_rust_get(url: str, n: int, depth: int, key: str = "mqstate-bench") ->
 
 def _bench_rust_blocking_get(url: str, n: int, key: str = "mqstate-bench") -> float:
     """Benchmark helper: GETs per second of a Rust blocking client, one at a time."""
+
+def _panicking_call(message: str) -> Awaitable[None]:
+    """Test helper: an awaitable whose Rust future panics with ``message``."""
 
 
 _Properties = list[tuple[str, str | None]]

@@ -1,18 +1,17 @@
-//! asyncio awaitables for core futures, run on the library's runtime.
+//! asyncio awaitables for core futures, driven on the event loop's own thread.
 //!
-//! Each call returns an `asyncio.Future` of the running loop; the Rust future runs as a task
-//! on the library's runtime. Cancelling the asyncio future (or the task awaiting it) aborts
-//! that task, which drops the Rust future and so cancels the request (its correlation entry
-//! is removed at once; a late response is ignored).
+//! Each call returns an `asyncio.Future` of the running loop. The Rust future behind it is
+//! polled on the loop's thread (inside the library runtime's context, so its timers and
+//! channels work), first right away, then each time it is woken: its waker, called by the
+//! runtime's workers (a response arrived, a timer fired), queues it on the loop's completion
+//! queue and, only when the queue was empty, writes one byte to a socket pair that the loop
+//! watches (`loop.add_reader`). The loop's reader callback polls every queued future at once
+//! and settles the asyncio futures of those that finished. So runtime workers never take the
+//! GIL, one wake-up serves a whole batch, and a request costs no task of its own on the
+//! runtime: no spawn, no extra thread hand-off (see python/README.md, "Benchmark").
 //!
-//! Results come back through one completion queue per event loop: a runtime worker that
-//! finishes a request pushes the result (still a Rust value) and, only when the queue was
-//! empty, writes one byte to a socket pair that the loop watches (`loop.add_reader`). The
-//! loop's reader callback then converts and delivers every queued result at once, on the
-//! loop's thread. Runtime workers never take the GIL, and one wake-up serves a whole batch:
-//! with many requests in flight, a worker waiting for the GIL held by the loop (as
-//! pyo3-async-runtimes' `future_into_py` does for every result) costed more than half of the
-//! throughput (see python/README.md, "Benchmark").
+//! Cancelling the asyncio future (or the task awaiting it) drops the Rust future at once,
+//! which cancels the request (its correlation entry is removed; a late response is ignored).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -22,11 +21,12 @@ use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
@@ -35,12 +35,13 @@ use crate::errors::Outcome;
 use crate::runtime::runtime;
 use crate::stream::{Next, Source, StreamState};
 
-/// What a finished task hands to the loop: run there, with the GIL, on the task's future.
-type Completion = Box<dyn for<'py> FnOnce(Python<'py>, &Bound<'py, PyAny>) + Send>;
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
-/// The completion queue of one event loop.
+/// The completion queue of one event loop: the driven futures woken since its last drain.
 struct Bridge {
-    queue: Mutex<Vec<(Py<PyAny>, Completion)>>,
+    queue: Mutex<Vec<Arc<Driven>>>,
     /// A wake-up byte is on its way (or the loop is draining): no need for another.
     armed: AtomicBool,
     reader: UnixStream,
@@ -56,30 +57,28 @@ impl std::fmt::Debug for Bridge {
 }
 
 impl Bridge {
-    /// Queues `completion` for `future` and wakes the loop if it is not awake already.
-    /// Called from runtime workers: no GIL needed.
-    fn push(&self, future: Py<PyAny>, completion: Completion) {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((future, completion));
+    /// Queues `woken` for a poll and wakes the loop if it is not awake already. Called from
+    /// any thread (mostly runtime workers): no GIL needed.
+    fn push(&self, woken: Arc<Driven>) {
+        lock(&self.queue).push(woken);
         if !self.armed.swap(true, Ordering::SeqCst) {
             // Non-blocking: a full socket buffer means wake-ups are pending anyway.
             let _ = (&self.writer).write(&[1]);
         }
     }
 
-    /// Runs every queued completion (on the loop's thread).
+    /// Polls every queued future (on the loop's thread).
     fn drain(&self, py: Python<'_>) {
-        // Consume the wake-up bytes, then disarm, then take the queue: a result queued after
+        // Consume the wake-up bytes, then disarm, then take the queue: a future queued after
         // the disarming writes a new byte (read by the next call), and one queued before the
         // take is taken. (Disarming before reading could swallow the byte of a re-arming.)
         let mut sink = [0u8; 64];
         while matches!((&self.reader).read(&mut sink), Ok(n) if n > 0) {}
         self.armed.store(false, Ordering::SeqCst);
-        let ready = std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
-        for (future, completion) in ready {
-            completion(py, future.bind(py));
+        let woken = std::mem::take(&mut *lock(&self.queue));
+        let _context = runtime().enter();
+        for driven in woken {
+            driven.poll(py);
         }
     }
 }
@@ -138,22 +137,6 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// A future that turns a panic into an error instead of losing the asyncio future's result.
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = std::thread::Result<F::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}
-
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     let text = panic
         .downcast_ref::<&str>()
@@ -163,9 +146,137 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     format!("mqstate: internal error (a Rust panic): {text}")
 }
 
-/// Runs `future` on the library's runtime and returns an `asyncio.Future` of the running
-/// loop for it; `complete` later runs on the loop's thread with the output (a panic of
-/// `future` becomes a `RuntimeError` there). Cancelling the asyncio future aborts the task.
+/// A Rust future and what to do with its output, with their types erased.
+trait Step: Send {
+    /// Polls the future; `Ready` once its output (or its panic) is kept for [`Step::finish`].
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// Hands the kept output to the completion, which settles `target`.
+    fn finish(self: Box<Self>, py: Python<'_>, target: &Bound<'_, PyAny>);
+}
+
+/// The [`Step`] of [`spawn_with`]. (The future is boxed so that `Settle` is `Unpin`.)
+struct Settle<F: Future, C> {
+    future: Pin<Box<F>>,
+    output: Option<std::thread::Result<F::Output>>,
+    complete: C,
+}
+
+impl<F, C> Step for Settle<F, C>
+where
+    F: Future + Send,
+    F::Output: Send,
+    C: for<'a> FnOnce(Python<'a>, &Bound<'a, PyAny>, std::thread::Result<F::Output>) + Send,
+{
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let future = self.future.as_mut();
+        // A panic becomes the future's error instead of unwinding into the event loop.
+        self.output = match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(value)) => Some(Ok(value)),
+            Err(panic) => Some(Err(panic)),
+        };
+        Poll::Ready(())
+    }
+
+    fn finish(self: Box<Self>, py: Python<'_>, target: &Bound<'_, PyAny>) {
+        if let Some(output) = self.output {
+            (self.complete)(py, target, output);
+        }
+    }
+}
+
+/// A Rust future driven on its loop's thread, and the asyncio future it settles.
+struct Driven {
+    bridge: Arc<Bridge>,
+    /// Queued on the bridge by a wake-up that its loop has not served yet.
+    queued: AtomicBool,
+    /// Taken out while it is polled, so that no lock is held while the future runs (it may
+    /// call into Python); `None` once it has finished or was cancelled.
+    running: Mutex<Option<Running>>,
+    /// Cancelled while it was being polled: dropped instead of put back.
+    cancelled: AtomicBool,
+}
+
+struct Running {
+    step: Box<dyn Step>,
+    target: Py<PyAny>,
+    on_done: Py<Cancel>,
+}
+
+impl Wake for Driven {
+    fn wake(self: Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.bridge.clone().push(self);
+        }
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.bridge.push(self.clone());
+        }
+    }
+}
+
+impl Driven {
+    /// Polls the future once, if it is still running: on the loop's thread, with the GIL,
+    /// inside the runtime's context.
+    fn poll(self: &Arc<Self>, py: Python<'_>) {
+        // Cleared first: a wake-up during the poll queues it again.
+        self.queued.store(false, Ordering::Release);
+        let Some(mut running) = lock(&self.running).take() else {
+            return; // finished or cancelled: a late wake-up
+        };
+        let waker = Waker::from(self.clone());
+        if running
+            .step
+            .poll_step(&mut Context::from_waker(&waker))
+            .is_pending()
+        {
+            if !self.cancelled.load(Ordering::Acquire) {
+                *lock(&self.running) = Some(running);
+            }
+            return;
+        }
+        let Running {
+            step,
+            target,
+            on_done,
+        } = running;
+        let target = target.bind(py);
+        // Removed before the result is set (which schedules the done callbacks): it has
+        // nothing left to do, and left in place it would cost the loop one more scheduled
+        // callback (a `call_soon` handle) for every request.
+        let _ = target.call_method1(intern!(py, "remove_done_callback"), (on_done,));
+        step.finish(py, target);
+    }
+}
+
+/// `add_done_callback` of the asyncio future: once it is done before its Rust future has
+/// finished (cancelled), the Rust future is dropped. [`Driven::poll`] removes it when the
+/// Rust future delivered its result.
+#[pyclass(module = "mqstate._native", name = "_Cancel", frozen)]
+struct Cancel(Arc<Driven>);
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancel").finish_non_exhaustive()
+    }
+}
+
+#[pymethods]
+impl Cancel {
+    fn __call__(&self, _future: &Bound<'_, PyAny>) {
+        self.0.cancelled.store(true, Ordering::Release);
+        let dropped = lock(&self.0.running).take();
+        // Dropped here, after the lock: dropping the future withdraws its request.
+        drop(dropped);
+    }
+}
+
+/// Drives `future` on the running loop's thread and returns an `asyncio.Future` of that loop
+/// for it; `complete` runs there too, with the output (a panic of `future` becomes a
+/// `RuntimeError`). Cancelling the asyncio future drops `future`.
 pub(crate) fn spawn_with<'py, F, C>(
     py: Python<'py>,
     future: F,
@@ -180,26 +291,27 @@ where
 {
     let event_loop = running_loop(py)?;
     let bridge = bridge(&event_loop)?;
-    let asyncio_future = event_loop.call_method0("create_future")?;
-    let target = asyncio_future.clone().unbind();
-    let abort = Py::new(py, AbortTask(OnceLock::new()))?;
-    let on_done = abort.clone_ref(py);
-    let task = runtime().spawn(async move {
-        let output = CatchUnwind(Box::pin(future)).await;
-        bridge.push(
-            target,
-            Box::new(move |py, future| {
-                // The task has finished, so the abort callback has nothing left to do. Left
-                // in place, it would cost the loop one more scheduled callback (a `call_soon`
-                // handle, run on a later iteration) for every request.
-                let _ = future.call_method1("remove_done_callback", (on_done,));
-                complete(py, future, output)
-            }),
-        );
+    let asyncio_future = event_loop.call_method0(intern!(py, "create_future"))?;
+    let driven = Arc::new(Driven {
+        bridge,
+        queued: AtomicBool::new(false),
+        running: Mutex::new(None),
+        cancelled: AtomicBool::new(false),
     });
-    // Set before the loop can run the callback: it runs on this thread, after this returns.
-    let _ = abort.get().0.set(task.abort_handle());
-    asyncio_future.call_method1("add_done_callback", (abort,))?;
+    let on_done = Py::new(py, Cancel(driven.clone()))?;
+    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done.clone_ref(py),))?;
+    *lock(&driven.running) = Some(Running {
+        step: Box::new(Settle {
+            future: Box::pin(future),
+            output: None,
+            complete,
+        }),
+        target: asyncio_future.clone().unbind(),
+        on_done,
+    });
+    // The first poll starts the work now (sends the request), not when it is awaited.
+    let _context = runtime().enter();
+    driven.poll(py);
     Ok(asyncio_future)
 }
 
@@ -212,12 +324,12 @@ pub(crate) fn settle(
     // A future that is done already (cancelled) refuses the result with InvalidStateError,
     // which is ignored: asking `done()` first would cost one more call for every request.
     let _ = match result {
-        Ok(value) => future.call_method1("set_result", (value,)),
-        Err(error) => future.call_method1("set_exception", (error.into_value(py),)),
+        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,)),
+        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),)),
     };
 }
 
-/// Runs `future` on the library's runtime; its result (or its error, as the matching
+/// Drives `future` on the running loop's thread; its result (or its error, as the matching
 /// `mqstate` exception) becomes the result of the returned `asyncio.Future`.
 pub(crate) fn spawn<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
 where
@@ -306,22 +418,6 @@ impl Pending {
     }
 }
 
-/// `add_done_callback` of an asyncio future: once it is done before its task has finished
-/// (cancelled), the task behind it is aborted. [`spawn_with`] sets the handle right after
-/// the spawn, and removes the callback when the task has delivered its result.
-#[pyclass(module = "mqstate._native", name = "_AbortTask", frozen)]
-#[derive(Debug)]
-pub(crate) struct AbortTask(OnceLock<tokio::task::AbortHandle>);
-
-#[pymethods]
-impl AbortTask {
-    fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        if let Some(task) = self.0.get() {
-            task.abort();
-        }
-    }
-}
-
 /// The next item of `state` as an `asyncio.Future` of the running loop. Unlike [`spawn`],
 /// an item received for a future that was cancelled meanwhile is not lost: it is handed back
 /// to `state` for the next call (the stream stays locked until then, so that a later call
@@ -366,5 +462,21 @@ where
         if state.is_closed() {
             state.close(); // drops the stream now that nobody holds it
         }
+    })
+}
+
+/// An awaitable whose Rust future panics when it is first polled, which happens on the
+/// loop's thread: the panic must become a `RuntimeError` of the awaitable, and the loop must
+/// go on. Test helper; not part of the API.
+#[pyfunction]
+pub(crate) fn _panicking_call(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
+    spawn(py, async move {
+        // A yield first, so that the panic happens in a later poll (from the loop's reader
+        // callback), not in the call itself.
+        tokio::task::yield_now().await;
+        #[allow(clippy::panic)] // the panic is what this helper exists to make
+        std::panic::panic_any::<String>(message);
+        #[allow(unreachable_code)]
+        Ok::<(), mqstate::Error>(())
     })
 }

@@ -58,5 +58,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fault_proxy::FaultProxy>()?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_get, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_rust_blocking_get, m)?)?;
+    m.add_function(wrap_pyfunction!(aio::_panicking_call, m)?)?;
     Ok(())
 }
