@@ -533,6 +533,13 @@ export interface Notification {
   synthesized: boolean
 }
 
+/**
+ * Test helper, not part of the API (the wrapper does not export it): a call whose future
+ * panics with `message` in its second poll, made on the JS thread. The panic must reject the
+ * Promise with an internal error instead of unwinding into Node.
+ */
+export declare function panickingCall(message: string): Promise<undefined>
+
 /** An application property: `value` is `null` for a null property, `""` for an empty one. */
 export interface Property {
   /** The name. */

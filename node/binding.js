@@ -854,3 +854,4 @@ module.exports.NativeLockGuard = nativeBinding.NativeLockGuard
 module.exports.NativeObservation = nativeBinding.NativeObservation
 module.exports.benchRustGet = nativeBinding.benchRustGet
 module.exports.invalidArgumentError = nativeBinding.invalidArgumentError
+module.exports.panickingCall = nativeBinding.panickingCall

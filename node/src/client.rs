@@ -520,3 +520,22 @@ pub fn bench_rust_get(
         |_, ops| Ok(ops),
     )
 }
+
+/// Test helper, not part of the API (the wrapper does not export it): a call whose future
+/// panics with `message` in its second poll, made on the JS thread. The panic must reject the
+/// Promise with an internal error instead of unwinding into Node.
+#[napi]
+pub fn panicking_call(env: &Env, message: String) -> napi::Result<PromiseRaw<'_, ()>> {
+    spawn(
+        env,
+        None,
+        async move {
+            tokio::task::yield_now().await;
+            #[allow(clippy::panic)] // the panic is what this helper exists to make
+            std::panic::panic_any::<String>(message);
+            #[allow(unreachable_code)]
+            Ok(())
+        },
+        |_, ()| Ok(()),
+    )
+}

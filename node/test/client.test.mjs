@@ -3,6 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { createRequire } from 'node:module';
 import { Client, Hlc, LocalServer, isMqstateError } from '../index.js';
 import { eventually, localServer, silentBroker, sleep, uniqueKey } from './helpers.mjs';
 
@@ -231,6 +232,17 @@ describe('connecting', () => {
 });
 
 describe('errors', () => {
+  it('a panic in a call rejects its Promise with an internal error, and Node goes on', async () => {
+    // The test helper's future panics in a later poll, made on this thread by the bridge's
+    // callback: the panic must not unwind into Node.
+    const native = createRequire(import.meta.url)('../binding.js');
+    await assert.rejects(native.panickingCall('boom'), /internal error \(a Rust panic\): boom/);
+    const c = await ctx.connect();
+    const k = uniqueKey();
+    await c.set(k, 'after');
+    assert.equal((await c.get(k)).value.toString(), 'after');
+  });
+
   it('bad arguments reject with ERR_INVALID_ARGUMENT (never a plain string)', async () => {
     const c = await ctx.connect();
     await rejectsWith(c.get(42), 'ERR_INVALID_ARGUMENT');

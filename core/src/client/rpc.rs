@@ -200,14 +200,14 @@ impl Shared {
     }
 
     /// Sends one request and waits for its response, all within `timeout`.
-    pub(crate) async fn request(
-        &self,
+    pub(crate) fn request<'a>(
+        &'a self,
         payload: Bytes,
-        fencing_token: Option<&Hlc>,
+        fencing_token: Option<&'a Hlc>,
         timeout: Duration,
-    ) -> Result<Response, Error> {
+    ) -> impl Future<Output = Result<Response, Error>> + Send + 'a {
+        // Not an `async fn`: one level of future less, so a smaller one.
         self.request_with(payload, fencing_token, false, timeout)
-            .await
     }
 
     /// [`Shared::request`], with `aio-persistence: true` when `persist` (a SET to persist).
@@ -241,7 +241,9 @@ impl Shared {
         // While the connection is down, requests wait here rather than pile up in rumqttc's
         // queue, where a lost session would drop them without a word.
         if *self.state.borrow() != ConnectionState::Connected {
-            self.wait_connected().await?;
+            // Boxed: the rare path should not make every request's future larger (a binding
+            // allocates that future once per call).
+            Box::pin(self.wait_connected()).await?;
         }
         connected.store(true, Ordering::Relaxed);
         let correlation = self.next_correlation();
