@@ -97,21 +97,14 @@ where
             }
             Ok(Some(Err(e))) => Err(js_error(&env, &e, &[])),
             Ok(None) => Err(abort_error(&env)),
-            Err(panic) => Err(napi::Error::from_reason(panic_message(&*panic))),
+            Err(panic) => Err(napi::Error::from_reason(mqstate::error::panic_report(
+                &*panic,
+            ))),
         };
         bridge::settle(raw_env, deferred, settled);
     };
     drive::start(env.raw(), sender, fut, cancelled, settle);
     Ok(PromiseRaw::new(env.raw(), promise))
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned());
-    format!("mqstate: internal error (a Rust panic): {text}")
 }
 
 /// Futures driven on the JS thread. A future is polled there, inside the runtime's context

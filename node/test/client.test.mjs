@@ -236,7 +236,7 @@ describe('errors', () => {
     // The test helper's future panics in a later poll, made on this thread by the bridge's
     // callback: the panic must not unwind into Node.
     const native = createRequire(import.meta.url)('../binding.js');
-    await assert.rejects(native.panickingCall('boom'), /internal error \(a Rust panic\): boom/);
+    await assert.rejects(native.panickingCall('boom'), /internal error \(a Rust panic, a bug: please report it\): boom/);
     const c = await ctx.connect();
     const k = uniqueKey();
     await c.set(k, 'after');

@@ -137,15 +137,6 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned());
-    format!("mqstate: internal error (a Rust panic): {text}")
-}
-
 /// A Rust future and what to do with its output, with their types erased.
 trait Step: Send {
     /// Polls the future; `Ready` once its output (or its panic) is kept for [`Step::finish`].
@@ -339,7 +330,9 @@ where
     spawn_with(py, future, |py, target, output| {
         let result = match output {
             Ok(outcome) => Outcome(outcome).into_pyobject(py),
-            Err(panic) => Err(PyRuntimeError::new_err(panic_message(&*panic))),
+            Err(panic) => Err(PyRuntimeError::new_err(mqstate::error::panic_report(
+                &*panic,
+            ))),
         };
         settle(py, target, result);
     })
@@ -356,7 +349,9 @@ where
         let result = match output {
             Ok(Ok(value)) => value.into_bound_py_any(py),
             Ok(Err(error)) => Err(error),
-            Err(panic) => Err(PyRuntimeError::new_err(panic_message(&*panic))),
+            Err(panic) => Err(PyRuntimeError::new_err(mqstate::error::panic_report(
+                &*panic,
+            ))),
         };
         settle(py, target, result);
     })
@@ -442,7 +437,9 @@ where
                 settle(
                     py,
                     future,
-                    Err(PyRuntimeError::new_err(panic_message(&*panic))),
+                    Err(PyRuntimeError::new_err(mqstate::error::panic_report(
+                        &*panic,
+                    ))),
                 );
                 return;
             }

@@ -535,8 +535,8 @@ impl AsyncDeviceClient {
                         Err(PyStopAsyncIteration::new_err(()))
                     }
                     Ok(Err(e)) => Err(errors::to_py(py, &e)),
-                    Err(_) => Err(pyo3::exceptions::PyRuntimeError::new_err(
-                        "mqstate: internal error (a Rust panic) while receiving",
+                    Err(panic) => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                        mqstate::error::panic_report(&*panic),
                     )),
                 };
                 aio::settle(py, target, result);

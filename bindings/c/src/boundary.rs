@@ -1,7 +1,6 @@
 //! The C contract's machinery: status codes, the thread's last error, the panic boundary every
 //! exported function runs in, and checked access to the caller's pointers.
 
-use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char};
 use std::panic::AssertUnwindSafe;
@@ -326,10 +325,7 @@ pub(crate) fn finish<B: BoundaryOutput>(result: std::thread::Result<B>) -> B::Re
         Err(payload) => {
             set_last_error(FfiError::new(
                 MQSTATE_PANIC,
-                format!(
-                    "panic in the mqstate library (a bug, please report it): {}",
-                    panic_message(payload.as_ref())
-                ),
+                mqstate::error::panic_report(payload.as_ref()),
             ));
             // Dropping a payload can itself panic (a payload with a panicking Drop): contain
             // that too, and forget that second payload rather than risk unwinding out.
@@ -338,16 +334,6 @@ pub(crate) fn finish<B: BoundaryOutput>(result: std::thread::Result<B>) -> B::Re
             }
             B::panicked()
         }
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    if let Some(s) = payload.downcast_ref::<&'static str>() {
-        s
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s
-    } else {
-        "(no message)"
     }
 }
 

@@ -130,6 +130,27 @@ impl Error {
     }
 }
 
+/// What a binding reports when it catches a Rust panic at its edge (a bug of this library),
+/// from the panic's payload: the same words in every language.
+///
+/// ```
+/// let payload = std::panic::catch_unwind(|| panic!("boom")).unwrap_err();
+/// assert_eq!(
+///     mqstate::error::panic_report(payload.as_ref()),
+///     "mqstate: internal error (a Rust panic, a bug: please report it): boom"
+/// );
+/// ```
+pub fn panic_report(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = if let Some(s) = payload.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        "(no message)"
+    };
+    format!("mqstate: internal error (a Rust panic, a bug: please report it): {text}")
+}
+
 impl From<ServiceError> for Error {
     fn from(e: ServiceError) -> Self {
         Error::Service(e)
