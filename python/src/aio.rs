@@ -31,7 +31,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
-use crate::errors::Outcome;
+use crate::errors::{self, Outcome};
 use crate::runtime::runtime;
 use crate::stream::{Next, Source, StreamState};
 
@@ -330,9 +330,7 @@ where
     spawn_with(py, future, |py, target, output| {
         let result = match output {
             Ok(outcome) => Outcome(outcome).into_pyobject(py),
-            Err(panic) => Err(PyRuntimeError::new_err(mqstate::error::panic_report(
-                &*panic,
-            ))),
+            Err(panic) => Err(errors::panicked(&*panic)),
         };
         settle(py, target, result);
     })
@@ -349,9 +347,7 @@ where
         let result = match output {
             Ok(Ok(value)) => value.into_bound_py_any(py),
             Ok(Err(error)) => Err(error),
-            Err(panic) => Err(PyRuntimeError::new_err(mqstate::error::panic_report(
-                &*panic,
-            ))),
+            Err(panic) => Err(errors::panicked(&*panic)),
         };
         settle(py, target, result);
     })
@@ -434,13 +430,7 @@ where
         let (next, held) = match output {
             Ok(received) => received,
             Err(panic) => {
-                settle(
-                    py,
-                    future,
-                    Err(PyRuntimeError::new_err(mqstate::error::panic_report(
-                        &*panic,
-                    ))),
-                );
+                settle(py, future, Err(errors::panicked(&*panic)));
                 return;
             }
         };

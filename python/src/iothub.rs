@@ -535,9 +535,7 @@ impl AsyncDeviceClient {
                         Err(PyStopAsyncIteration::new_err(()))
                     }
                     Ok(Err(e)) => Err(errors::to_py(py, &e)),
-                    Err(panic) => Err(pyo3::exceptions::PyRuntimeError::new_err(
-                        mqstate::error::panic_report(&*panic),
-                    )),
+                    Err(panic) => Err(errors::panicked(&*panic)),
                 };
                 aio::settle(py, target, result);
             },
