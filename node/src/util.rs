@@ -1,12 +1,16 @@
 //! Argument conversion and the future → Promise bridge shared by every call.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use mqstate::Error;
+use mqstate_drive::{Cancelled, Host, Output, Task};
 use napi::Env;
-use napi::bindgen_prelude::{Either, PromiseRaw, ToNapiValue, Uint8ArraySlice};
+use napi::bindgen_prelude::{
+    Either, PromiseRaw, ToNapiValue, Uint8ArraySlice, within_runtime_if_available,
+};
 use tokio::sync::watch;
 
 use crate::error::{abort_error, js_error};
@@ -59,9 +63,9 @@ pub(crate) fn whole<T: TryFrom<u64>>(name: &str, value: f64) -> Result<T, Error>
 /// success, with the library error (see [`crate::error`]) on failure, or with an
 /// `AbortError` when `cancel` fires first (the future is dropped, which withdraws the
 /// request). The future is polled once right away (which sends the request), then each time
-/// it is woken (see [`drive`]), so a call costs no task of its own on the runtime. The
-/// settling goes through the thread's one [`bridge`], which keeps Node alive exactly while
-/// some call is pending.
+/// it is woken (it is a [`Task`] of `mqstate-drive`), so a call costs no task of its own on
+/// the runtime. The settling goes through the thread's one [`bridge`], which keeps Node alive
+/// exactly while some call is pending.
 pub(crate) fn spawn<'env, T, V, F, R>(
     env: &'env Env,
     cancel: Option<watch::Receiver<bool>>,
@@ -78,7 +82,7 @@ where
     let (deferred, promise) = bridge::create_promise(env)?;
     // Kept apart from `fut` (not joined with it in one async block, which would hold room for
     // `fut` twice): the call's future is one allocation per call, cheaper while it is small.
-    let cancelled = cancel.map(|mut cancelled| -> drive::Cancelled {
+    let cancelled = cancel.map(|mut cancelled| -> Cancelled {
         Box::pin(async move {
             // A token dropped without firing (garbage collected) never cancels.
             if cancelled.wait_for(|c| *c).await.is_err() {
@@ -86,7 +90,7 @@ where
             }
         })
     });
-    let settle = move |raw_env: napi::sys::napi_env, output: drive::Output<Result<T, Error>>| {
+    let settle = move |raw_env: napi::sys::napi_env, output: Output<Result<T, Error>>| {
         let env = Env::from_raw(raw_env);
         // SAFETY: `env` lives for the whole callback, which is all `done` may use it for
         // (what it returns is converted to a JS value right away).
@@ -103,161 +107,24 @@ where
         };
         bridge::settle(raw_env, deferred, settled);
     };
-    drive::start(env.raw(), sender, fut, cancelled, settle);
+    let task = Task::new(sender, fut, cancelled, settle);
+    within_runtime_if_available(|| task.poll(env.raw()));
     Ok(PromiseRaw::new(env.raw(), promise))
 }
 
-/// Futures driven on the JS thread. A future is polled there, inside the runtime's context
-/// (so its timers and channels work, and it may spawn); its waker, called by a runtime
-/// worker when a response arrives or a timer fires, queues a poll on the thread's
+/// A call's future is driven on the JS thread as a [`Task`]: polled there inside the
+/// runtime's context (so its timers and channels work, and it may spawn), and, when a runtime
+/// worker wakes it (a response arrived, a timer fired), queued back through the thread's
 /// [`bridge`], whose one wake-up serves every call woken meanwhile. Compared with a runtime
 /// task per call, this saves the task, the hand-off to a worker thread and that worker's
 /// poll, for every call (see node/README.md, "Benchmark").
-mod drive {
-    use std::future::Future;
-    use std::panic::AssertUnwindSafe;
-    use std::pin::Pin;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, PoisonError};
-    use std::task::{Context, Poll, Wake, Waker};
+impl Host for bridge::Sender {
+    type Context = napi::sys::napi_env;
 
-    use napi::bindgen_prelude::within_runtime_if_available;
-    use napi::sys;
-
-    use super::bridge::Sender;
-
-    /// A future that completes when the call is cancelled.
-    pub(super) type Cancelled = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-    /// What a call's future ended with: its output, `None` if it was cancelled first, or the
-    /// panic it raised.
-    pub(super) type Output<T> = std::thread::Result<Option<T>>;
-
-    /// A future and what to do with its output, with their types erased.
-    trait Step: Send {
-        /// Polls the future; `Ready` once its output (or its panic) is kept for `finish`.
-        fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()>;
-
-        /// Hands the kept output to the settling function (on the JS thread).
-        fn finish(self: Box<Self>, env: sys::napi_env);
-    }
-
-    /// The [`Step`] of [`start`]. (The future is boxed so that `Settle` is `Unpin`.)
-    struct Settle<F: Future, S> {
-        future: Pin<Box<F>>,
-        cancelled: Option<Cancelled>,
-        output: Option<Output<F::Output>>,
-        settle: S,
-    }
-
-    impl<F, S> Step for Settle<F, S>
-    where
-        F: Future + Send,
-        F::Output: Send,
-        S: FnOnce(sys::napi_env, Output<F::Output>) + Send,
-    {
-        fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-            let Self {
-                future, cancelled, ..
-            } = self;
-            // A panic must not unwind into Node: it settles the call with an error instead.
-            let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                // The cancellation first: once it fired, the call's result no longer counts.
-                if let Some(cancelled) = cancelled
-                    && cancelled.as_mut().poll(cx).is_ready()
-                {
-                    return Poll::Ready(None);
-                }
-                future.as_mut().poll(cx).map(Some)
-            }));
-            self.output = match polled {
-                Ok(Poll::Pending) => return Poll::Pending,
-                Ok(Poll::Ready(value)) => Some(Ok(value)),
-                Err(panic) => Some(Err(panic)),
-            };
-            Poll::Ready(())
-        }
-
-        fn finish(self: Box<Self>, env: sys::napi_env) {
-            let Settle { output, settle, .. } = *self;
-            if let Some(output) = output {
-                settle(env, output);
-            }
-        }
-    }
-
-    /// A future driven on the JS thread.
-    struct Driven {
-        sender: Arc<Sender>,
-        /// Queued on the bridge by a wake-up that the JS thread has not served yet.
-        queued: AtomicBool,
-        /// Taken out while it is polled, so that no lock is held meanwhile; `None` once it
-        /// has finished.
-        running: Mutex<Option<Box<dyn Step>>>,
-    }
-
-    impl Wake for Driven {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-
-        fn wake_by_ref(self: &Arc<Self>) {
-            if !self.queued.swap(true, Ordering::AcqRel) {
-                let driven = self.clone();
-                self.sender.send(Box::new(move |env| driven.poll(env)));
-            }
-        }
-    }
-
-    impl Driven {
-        /// Polls the future once, if it is still running (on the JS thread).
-        fn poll(self: &Arc<Self>, env: sys::napi_env) {
-            // Cleared first: a wake-up during the poll queues it again.
-            self.queued.store(false, Ordering::Release);
-            let taken = self
-                .running
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            let Some(mut step) = taken else {
-                return; // finished: a late wake-up
-            };
-            let waker = Waker::from(self.clone());
-            let ready =
-                within_runtime_if_available(|| step.poll_step(&mut Context::from_waker(&waker)));
-            if ready.is_pending() {
-                *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(step);
-            } else {
-                step.finish(env);
-            }
-        }
-    }
-
-    /// Starts driving `future` on the JS thread (`env`'s): polls it now, and hands its output
-    /// to `settle` there once it is ready, or `None` if `cancelled` completes first (then
-    /// `future` is dropped unfinished).
-    pub(super) fn start<F, S>(
-        env: sys::napi_env,
-        sender: Arc<Sender>,
-        future: F,
-        cancelled: Option<Cancelled>,
-        settle: S,
-    ) where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-        S: FnOnce(sys::napi_env, Output<F::Output>) + Send + 'static,
-    {
-        let driven = Arc::new(Driven {
-            sender,
-            queued: AtomicBool::new(false),
-            running: Mutex::new(Some(Box::new(Settle {
-                future: Box::pin(future),
-                cancelled,
-                output: None,
-                settle,
-            }))),
-        });
-        driven.poll(env);
+    fn schedule(&self, task: Arc<Task<Self>>) {
+        self.send(Box::new(move |env| {
+            within_runtime_if_available(|| task.poll(env));
+        }));
     }
 }
 

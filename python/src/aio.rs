@@ -6,7 +6,8 @@
 //! runtime's workers (a response arrived, a timer fired), queues it on the loop's completion
 //! queue and, only when the queue was empty, writes one byte to a socket pair that the loop
 //! watches (`loop.add_reader`). The loop's reader callback polls every queued future at once
-//! and settles the asyncio futures of those that finished. So runtime workers never take the
+//! and settles the asyncio futures of those that finished (each is a [`Task`] of
+//! `mqstate-drive`, the driver the Node binding uses too). So runtime workers never take the
 //! GIL, one wake-up serves a whole batch, and a request costs no task of its own on the
 //! runtime: no spawn, no extra thread hand-off (see python/README.md, "Benchmark").
 //!
@@ -18,11 +19,10 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use mqstate_drive::{Host, Output, Task};
 
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
@@ -41,7 +41,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The completion queue of one event loop: the driven futures woken since its last drain.
 struct Bridge {
-    queue: Mutex<Vec<Arc<Driven>>>,
+    queue: Mutex<Vec<Arc<Task<Bridge>>>>,
     /// A wake-up byte is on its way (or the loop is draining): no need for another.
     armed: AtomicBool,
     reader: UnixStream,
@@ -56,19 +56,25 @@ impl std::fmt::Debug for Bridge {
     }
 }
 
-impl Bridge {
+/// The driven futures of one loop are [`Task`]s of this bridge: a wake-up queues them here.
+impl Host for Bridge {
+    type Context = ();
+
     /// Queues `woken` for a poll and wakes the loop if it is not awake already. Called from
     /// any thread (mostly runtime workers): no GIL needed.
-    fn push(&self, woken: Arc<Driven>) {
+    fn schedule(&self, woken: Arc<Task<Self>>) {
         lock(&self.queue).push(woken);
         if !self.armed.swap(true, Ordering::SeqCst) {
             // Non-blocking: a full socket buffer means wake-ups are pending anyway.
             let _ = (&self.writer).write(&[1]);
         }
     }
+}
 
-    /// Polls every queued future (on the loop's thread).
-    fn drain(&self, py: Python<'_>) {
+impl Bridge {
+    /// Polls every queued future (on the loop's thread, with the GIL held, which the
+    /// settling of the finished ones needs).
+    fn drain(&self, _py: Python<'_>) {
         // Consume the wake-up bytes, then disarm, then take the queue: a future queued after
         // the disarming writes a new byte (read by the next call), and one queued before the
         // take is taken. (Disarming before reading could swallow the byte of a re-arming.)
@@ -77,8 +83,8 @@ impl Bridge {
         self.armed.store(false, Ordering::SeqCst);
         let woken = std::mem::take(&mut *lock(&self.queue));
         let _context = runtime().enter();
-        for driven in woken {
-            driven.poll(py);
+        for task in woken {
+            task.poll(());
         }
     }
 }
@@ -137,117 +143,11 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// A Rust future and what to do with its output, with their types erased.
-trait Step: Send {
-    /// Polls the future; `Ready` once its output (or its panic) is kept for [`Step::finish`].
-    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()>;
-
-    /// Hands the kept output to the completion, which settles `target`.
-    fn finish(self: Box<Self>, py: Python<'_>, target: &Bound<'_, PyAny>);
-}
-
-/// The [`Step`] of [`spawn_with`]. (The future is boxed so that `Settle` is `Unpin`.)
-struct Settle<F: Future, C> {
-    future: Pin<Box<F>>,
-    output: Option<std::thread::Result<F::Output>>,
-    complete: C,
-}
-
-impl<F, C> Step for Settle<F, C>
-where
-    F: Future + Send,
-    F::Output: Send,
-    C: for<'a> FnOnce(Python<'a>, &Bound<'a, PyAny>, std::thread::Result<F::Output>) + Send,
-{
-    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let future = self.future.as_mut();
-        // A panic becomes the future's error instead of unwinding into the event loop.
-        self.output = match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
-            Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(value)) => Some(Ok(value)),
-            Err(panic) => Some(Err(panic)),
-        };
-        Poll::Ready(())
-    }
-
-    fn finish(self: Box<Self>, py: Python<'_>, target: &Bound<'_, PyAny>) {
-        if let Some(output) = self.output {
-            (self.complete)(py, target, output);
-        }
-    }
-}
-
-/// A Rust future driven on its loop's thread, and the asyncio future it settles.
-struct Driven {
-    bridge: Arc<Bridge>,
-    /// Queued on the bridge by a wake-up that its loop has not served yet.
-    queued: AtomicBool,
-    /// Taken out while it is polled, so that no lock is held while the future runs (it may
-    /// call into Python); `None` once it has finished or was cancelled.
-    running: Mutex<Option<Running>>,
-    /// Cancelled while it was being polled: dropped instead of put back.
-    cancelled: AtomicBool,
-}
-
-struct Running {
-    step: Box<dyn Step>,
-    target: Py<PyAny>,
-    on_done: Py<Cancel>,
-}
-
-impl Wake for Driven {
-    fn wake(self: Arc<Self>) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            self.bridge.clone().push(self);
-        }
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !self.queued.swap(true, Ordering::AcqRel) {
-            self.bridge.push(self.clone());
-        }
-    }
-}
-
-impl Driven {
-    /// Polls the future once, if it is still running: on the loop's thread, with the GIL,
-    /// inside the runtime's context.
-    fn poll(self: &Arc<Self>, py: Python<'_>) {
-        // Cleared first: a wake-up during the poll queues it again.
-        self.queued.store(false, Ordering::Release);
-        let Some(mut running) = lock(&self.running).take() else {
-            return; // finished or cancelled: a late wake-up
-        };
-        let waker = Waker::from(self.clone());
-        if running
-            .step
-            .poll_step(&mut Context::from_waker(&waker))
-            .is_pending()
-        {
-            if !self.cancelled.load(Ordering::Acquire) {
-                *lock(&self.running) = Some(running);
-            }
-            return;
-        }
-        let Running {
-            step,
-            target,
-            on_done,
-        } = running;
-        let target = target.bind(py);
-        // Removed before the result is set (which schedules the done callbacks): it has
-        // nothing left to do, and left in place it would cost the loop one more scheduled
-        // callback (a `call_soon` handle) for every request.
-        let _ = target.call_method1(intern!(py, "remove_done_callback"), (on_done,));
-        step.finish(py, target);
-    }
-}
-
 /// `add_done_callback` of the asyncio future: once it is done before its Rust future has
-/// finished (cancelled), the Rust future is dropped. [`Driven::poll`] removes it when the
-/// Rust future delivered its result.
+/// finished (cancelled), the Rust future is dropped. The settling of a finished call removes
+/// it (see [`spawn_with`]).
 #[pyclass(module = "mqstate._native", name = "_Cancel", frozen)]
-struct Cancel(Arc<Driven>);
+struct Cancel(OnceLock<Arc<Task<Bridge>>>);
 
 impl std::fmt::Debug for Cancel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -258,10 +158,9 @@ impl std::fmt::Debug for Cancel {
 #[pymethods]
 impl Cancel {
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        self.0.cancelled.store(true, Ordering::Release);
-        let dropped = lock(&self.0.running).take();
-        // Dropped here, after the lock: dropping the future withdraws its request.
-        drop(dropped);
+        if let Some(task) = self.0.get() {
+            task.cancel(); // drops the future, which withdraws its request
+        }
     }
 }
 
@@ -283,26 +182,34 @@ where
     let event_loop = running_loop(py)?;
     let bridge = bridge(&event_loop)?;
     let asyncio_future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let driven = Arc::new(Driven {
+    let on_done = Py::new(py, Cancel(OnceLock::new()))?;
+    let target = asyncio_future.clone().unbind();
+    let remove = on_done.clone_ref(py);
+    let task = Task::new(
         bridge,
-        queued: AtomicBool::new(false),
-        running: Mutex::new(None),
-        cancelled: AtomicBool::new(false),
-    });
-    let on_done = Py::new(py, Cancel(driven.clone()))?;
-    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done.clone_ref(py),))?;
-    *lock(&driven.running) = Some(Running {
-        step: Box::new(Settle {
-            future: Box::pin(future),
-            output: None,
-            complete,
-        }),
-        target: asyncio_future.clone().unbind(),
-        on_done,
-    });
+        future,
+        None,
+        move |(), output: Output<F::Output>| {
+            // On the loop's thread, from a poll made with the GIL held: attaching is a no-op.
+            Python::attach(|py| {
+                let target = target.bind(py);
+                // Removed before the result is set (which schedules the done callbacks): it has
+                // nothing left to do, and left in place it would cost the loop one more scheduled
+                // callback (a `call_soon` handle) for every request.
+                let _ = target.call_method1(intern!(py, "remove_done_callback"), (remove,));
+                // (`None` would mean cancelled by a cancellation future, which is never given
+                // here: a cancelled call drops its task instead, and nothing is settled.)
+                if let Some(output) = output.transpose() {
+                    complete(py, target, output);
+                }
+            });
+        },
+    );
+    let _ = on_done.get().0.set(task.clone());
+    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done,))?;
     // The first poll starts the work now (sends the request), not when it is awaited.
     let _context = runtime().enter();
-    driven.poll(py);
+    task.poll(());
     Ok(asyncio_future)
 }
 
