@@ -107,8 +107,7 @@ where
         };
         bridge::settle(raw_env, deferred, settled);
     };
-    let task = Task::new(sender, fut, cancelled, settle);
-    within_runtime_if_available(|| task.poll(env.raw()));
+    Task::new(sender, fut, cancelled, settle).poll(env.raw());
     Ok(PromiseRaw::new(env.raw(), promise))
 }
 
@@ -122,9 +121,11 @@ impl Host for bridge::Sender {
     type Context = napi::sys::napi_env;
 
     fn schedule(&self, task: Arc<Task<Self>>) {
-        self.send(Box::new(move |env| {
-            within_runtime_if_available(|| task.poll(env));
-        }));
+        self.send(Box::new(move |env| task.poll(env)));
+    }
+
+    fn around_poll<T>(&self, poll: impl FnOnce() -> T) -> T {
+        within_runtime_if_available(poll)
     }
 }
 

@@ -60,6 +60,13 @@ pub trait Host: Send + Sync + Sized + 'static {
     /// Queues `task` for a [`Task::poll`] on the host's thread. Called from any thread (mostly
     /// runtime workers), at most once per wake-up that the host has not served yet.
     fn schedule(&self, task: Arc<Task<Self>>);
+
+    /// Runs `poll`, one poll of a task's future, in whatever context the future needs (for
+    /// example inside its async runtime). The settling function runs outside it. By default,
+    /// as is: the host entered that context before polling.
+    fn around_poll<R>(&self, poll: impl FnOnce() -> R) -> R {
+        poll()
+    }
 }
 
 /// A future that completes when the call it belongs to is cancelled.
@@ -171,10 +178,10 @@ impl<H: Host> Task<H> {
             return; // finished or cancelled: a late wake-up
         };
         let waker = Waker::from(self.clone());
-        if step
-            .poll_step(&mut Context::from_waker(&waker))
-            .is_pending()
-        {
+        let ready = self
+            .host
+            .around_poll(|| step.poll_step(&mut Context::from_waker(&waker)));
+        if ready.is_pending() {
             if !self.cancelled.load(Ordering::Acquire) {
                 *lock(&self.running) = Some(step);
             }

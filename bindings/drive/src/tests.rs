@@ -261,3 +261,42 @@ fn a_panic_while_polling_settles_with_the_panic_and_does_not_unwind() {
         Some("boom")
     );
 }
+
+thread_local! {
+    /// Set while a host's `around_poll` runs.
+    static IN_CONTEXT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A host that polls inside a context of its own (as Node's enters its runtime).
+struct Entering;
+
+impl Host for Entering {
+    type Context = ();
+
+    fn schedule(&self, _task: Arc<Task<Self>>) {}
+
+    fn around_poll<R>(&self, poll: impl FnOnce() -> R) -> R {
+        IN_CONTEXT.with(|c| c.set(true));
+        let polled = poll();
+        IN_CONTEXT.with(|c| c.set(false));
+        polled
+    }
+}
+
+#[test]
+fn the_future_is_polled_inside_around_poll_and_settled_outside_it() {
+    let settled_in_context = Arc::new(Mutex::new(None));
+    let sink = settled_in_context.clone();
+    let task = Task::new(
+        Arc::new(Entering),
+        async { IN_CONTEXT.with(std::cell::Cell::get) },
+        None,
+        move |(), output: Output<bool>| {
+            let polled_in_context = output.unwrap().unwrap();
+            *sink.lock().unwrap() =
+                Some((polled_in_context, IN_CONTEXT.with(std::cell::Cell::get)));
+        },
+    );
+    task.poll(());
+    assert_eq!(*settled_in_context.lock().unwrap(), Some((true, false)));
+}
