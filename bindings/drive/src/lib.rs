@@ -7,9 +7,10 @@
 //! to its [`Host`], which queues it for the host's thread (a completion socket the event loop
 //! watches, a threadsafe function), and the host polls it there. A call then costs no runtime
 //! task and no hand-off to a worker thread, and the host's objects (Python futures, Node
-//! promises) are only touched on their own thread. See docs/architecture.md, "Bindings".
+//! promises) are only touched on their own thread. See docs/architecture.md ("Layers", and
+//! "The path of one `set` call" for what each binding does around it).
 //!
-//! What this crate owns is the part the two bindings had as twins: the task's state (queued
+//! What this crate owns is what the two bindings share: the task's state (queued
 //! for a poll or not; running, taken out while polled, or done), catching a panic of the
 //! future so that it never unwinds into the host, and an optional cancellation.
 //!
