@@ -205,8 +205,10 @@ where
             });
         },
     );
+    // Registered before the task is handed to it: if registering fails, the task (not yet
+    // reachable from the callback it holds) is simply dropped.
+    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done.clone_ref(py),))?;
     let _ = on_done.get().0.set(task.clone());
-    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done,))?;
     // The first poll starts the work now (sends the request), not when it is awaited.
     let _context = runtime().enter();
     task.poll(());

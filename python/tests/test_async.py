@@ -138,10 +138,13 @@ async def test_a_finished_request_schedules_only_its_waiter(
             assert await aclient.get(key) == b"v"
     finally:
         del loop.call_soon
-    # One wake-up of this task per request, and nothing else (a left-over cancellation hook
-    # would add one per request).
+    # At most one wake-up of this task per request (none when the response came within the
+    # call itself, which a loaded machine makes possible: the future is then done before it
+    # is awaited), and never the cancellation hook (left in place, it would be scheduled
+    # once per request).
     kinds = sorted({type(cb).__name__ for cb in scheduled})
-    assert len(scheduled) == 20, f"{len(scheduled)} callbacks for 20 requests: {kinds}"
+    assert "_Cancel" not in kinds, f"the cancellation hook ran: {kinds}"
+    assert len(scheduled) <= 20, f"{len(scheduled)} callbacks for 20 requests: {kinds}"
 
 
 @pytest.mark.asyncio
