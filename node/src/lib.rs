@@ -8,10 +8,10 @@
 //!
 //! - Every call that waits returns a Promise. Its Rust future is polled on the JS thread, in
 //!   the context of napi-rs's tokio runtime (the addon's own, never the host's), whose workers
-//!   carry the connections and timers and wake the future (see `util::drive`). A pending call
-//!   is a referenced threadsafe function, so Node stays alive while it waits, and for nothing
-//!   else: no handle is left once the calls have settled, so Node exits when the user closed
-//!   the client or just stopped using it.
+//!   carry the connections and timers and wake the future (see `util::spawn`: each call is a
+//!   `mqstate_drive::Task`). A pending call is a referenced threadsafe function, so Node stays
+//!   alive while it waits, and for nothing else: no handle is left once the calls have
+//!   settled, so Node exits when the user closed the client or just stopped using it.
 //! - Errors are `Error` objects with a stable `code` built in one place, [`error`].
 //! - Cancellation ([`CancelToken`]) drops the Rust future, which withdraws the request.
 
