@@ -19,9 +19,56 @@
  * ```
  */
 import * as native from './binding';
-import { Hlc } from './binding';
-export { FaultProxy, Hlc, LocalServer } from './binding';
+export { FaultProxy, LocalServer } from './binding';
 export type { ClientOptions, LocalServerOptions, ReconnectConfig, SetResult, TlsConfig, Versioned, } from './binding';
+/**
+ * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
+ * the fencing token of a lock). Immutable.
+ *
+ * Ordered by `ms`, then `counter`, then `nodeId` compared byte-wise in UTF-8 (not by UTF-16
+ * code units as JavaScript's `<` on strings would).
+ *
+ * ```ts
+ * const a = Hlc.parse('001696374425000:00000:CLIENT');
+ * const b = new Hlc(1696374425000n, 1n, 'CLIENT');
+ * a.compare(b); // -1
+ * [b, a].sort(Hlc.compare); // [a, b]
+ * ```
+ *
+ * The class holds the three parts; the native core checks, parses, formats and orders them
+ * (the same rules in every language). The versions the core returns are built through the
+ * factory registered below, without checking their parts again.
+ */
+export declare class Hlc {
+    #private;
+    /**
+     * Builds a value from its parts (`ms` and `counter` as bigint, or as safe integers).
+     * Invalid parts throw an `ERR_INVALID_ARGUMENT` error.
+     */
+    constructor(ms: number | bigint, counter: number | bigint, nodeId: string);
+    /**
+     * Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an
+     * `ERR_INVALID_ARGUMENT` error whose `reason` is the stable code of the failure
+     * (`too_few_parts`, `invalid_ms`, ... as in `tests/vectors/hlc.json`).
+     */
+    static parse(text: string): Hlc;
+    /** `Hlc.compare(a, b)`, for `versions.sort(Hlc.compare)`: -1, 0 or 1. */
+    static compare(a: Hlc, b: Hlc): number;
+    /** Wall-clock milliseconds since the Unix epoch. */
+    get ms(): bigint;
+    /** Logical counter within the millisecond. */
+    get counter(): bigint;
+    /** The node that produced the value (`StateStore` for the local server, a client id...). */
+    get nodeId(): string;
+    /** -1, 0 or 1 as this value is lower than, equal to or greater than `other`. */
+    compare(other: Hlc): number;
+    /** True if both are the same value (padding does not matter). */
+    equals(other: Hlc): boolean;
+    /** The wire form: `ms` padded to 15 digits, `counter` to 5 (`001696374425000:00000:CLIENT`). */
+    toString(): string;
+    /** The wire form, so that `JSON.stringify` writes versions as strings. */
+    toJSON(): string;
+}
 /** A key or a value: a string (sent as UTF-8), a `Buffer` or any `Uint8Array`. */
 export type Bytes = string | Uint8Array;
 /** The connection's state. */

@@ -53,15 +53,110 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.LocalServer = exports.Hlc = exports.FaultProxy = void 0;
+exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Observation = exports.EventStream = exports.Client = exports.Hlc = exports.LocalServer = exports.FaultProxy = void 0;
 exports.isMqstateError = isMqstateError;
 exports.benchRustGet = benchRustGet;
 const native = __importStar(require("./binding"));
-const binding_1 = require("./binding");
-var binding_2 = require("./binding");
-Object.defineProperty(exports, "FaultProxy", { enumerable: true, get: function () { return binding_2.FaultProxy; } });
-Object.defineProperty(exports, "Hlc", { enumerable: true, get: function () { return binding_2.Hlc; } });
-Object.defineProperty(exports, "LocalServer", { enumerable: true, get: function () { return binding_2.LocalServer; } });
+var binding_1 = require("./binding");
+Object.defineProperty(exports, "FaultProxy", { enumerable: true, get: function () { return binding_1.FaultProxy; } });
+Object.defineProperty(exports, "LocalServer", { enumerable: true, get: function () { return binding_1.LocalServer; } });
+/**
+ * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
+ * the fencing token of a lock). Immutable.
+ *
+ * Ordered by `ms`, then `counter`, then `nodeId` compared byte-wise in UTF-8 (not by UTF-16
+ * code units as JavaScript's `<` on strings would).
+ *
+ * ```ts
+ * const a = Hlc.parse('001696374425000:00000:CLIENT');
+ * const b = new Hlc(1696374425000n, 1n, 'CLIENT');
+ * a.compare(b); // -1
+ * [b, a].sort(Hlc.compare); // [a, b]
+ * ```
+ *
+ * The class holds the three parts; the native core checks, parses, formats and orders them
+ * (the same rules in every language). The versions the core returns are built through the
+ * factory registered below, without checking their parts again.
+ */
+class Hlc {
+    #ms;
+    #counter;
+    #nodeId;
+    /**
+     * Builds a value from its parts (`ms` and `counter` as bigint, or as safe integers).
+     * Invalid parts throw an `ERR_INVALID_ARGUMENT` error.
+     */
+    constructor(ms, counter, nodeId) {
+        if (!fromCore)
+            native.hlcCheck(ms, counter, nodeId);
+        this.#ms = BigInt(ms);
+        this.#counter = BigInt(counter);
+        this.#nodeId = nodeId;
+    }
+    /**
+     * Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an
+     * `ERR_INVALID_ARGUMENT` error whose `reason` is the stable code of the failure
+     * (`too_few_parts`, `invalid_ms`, ... as in `tests/vectors/hlc.json`).
+     */
+    static parse(text) {
+        return native.hlcParse(text);
+    }
+    /** `Hlc.compare(a, b)`, for `versions.sort(Hlc.compare)`: -1, 0 or 1. */
+    static compare(a, b) {
+        return native.hlcCompare(hlc('a', a), hlc('b', b));
+    }
+    /** Wall-clock milliseconds since the Unix epoch. */
+    get ms() {
+        return this.#ms;
+    }
+    /** Logical counter within the millisecond. */
+    get counter() {
+        return this.#counter;
+    }
+    /** The node that produced the value (`StateStore` for the local server, a client id...). */
+    get nodeId() {
+        return this.#nodeId;
+    }
+    /** -1, 0 or 1 as this value is lower than, equal to or greater than `other`. */
+    compare(other) {
+        return native.hlcCompare(this, hlc('other', other));
+    }
+    /** True if both are the same value (padding does not matter). */
+    equals(other) {
+        return this.compare(other) === 0;
+    }
+    /** The wire form: `ms` padded to 15 digits, `counter` to 5 (`001696374425000:00000:CLIENT`). */
+    toString() {
+        return native.hlcFormat(this);
+    }
+    /** The wire form, so that `JSON.stringify` writes versions as strings. */
+    toJSON() {
+        return this.toString();
+    }
+}
+exports.Hlc = Hlc;
+// Set while the factory builds a version from parts the core made (and so checked).
+let fromCore = false;
+native.hlcClass((ms, counter, nodeId) => {
+    fromCore = true;
+    try {
+        return new Hlc(ms, counter, nodeId);
+    }
+    finally {
+        fromCore = false;
+    }
+});
+// `console.log(version)` shows the wire form.
+Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+    value() {
+        return `Hlc(${this.toString()})`;
+    },
+});
+function hlc(name, v) {
+    if (v instanceof Hlc)
+        return v;
+    throw invalid(`${name} must be an Hlc, got ${describe(v)}`);
+}
 /** True for the errors of this package (an `Error` with one of the {@link ErrorCode}s). */
 function isMqstateError(e) {
     if (!(e instanceof Error))
@@ -94,10 +189,10 @@ function describe(v) {
     return v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v;
 }
 function token(t) {
-    if (t === undefined || t instanceof binding_1.Hlc)
+    if (t === undefined || t instanceof Hlc)
         return t;
     if (typeof t === 'string')
-        return binding_1.Hlc.parse(t);
+        return Hlc.parse(t);
     throw invalid(`fencingToken must be an Hlc or its string form, got ${describe(t)}`);
 }
 function abortError(signal) {
@@ -598,17 +693,11 @@ exports.LeaderElection = LeaderElection;
 function benchRustGet(url, n, depth) {
     return native.benchRustGet(url, n, depth);
 }
-// `console.log(version)` shows the wire form.
-Object.defineProperty(binding_1.Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
-    value() {
-        return `Hlc(${this.toString()})`;
-    },
-});
 // ---------------------------------------------------------------------------------------
 // IoT Hub device client (mqstate::iothub)
 // ---------------------------------------------------------------------------------------
-var binding_3 = require("./binding");
-Object.defineProperty(exports, "LocalIotHub", { enumerable: true, get: function () { return binding_3.LocalIotHub; } });
+var binding_2 = require("./binding");
+Object.defineProperty(exports, "LocalIotHub", { enumerable: true, get: function () { return binding_2.LocalIotHub; } });
 /**
  * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
  * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with

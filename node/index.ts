@@ -20,9 +20,8 @@
  */
 
 import * as native from './binding';
-import { Hlc } from './binding';
 
-export { FaultProxy, Hlc, LocalServer } from './binding';
+export { FaultProxy, LocalServer } from './binding';
 export type {
   ClientOptions,
   LocalServerOptions,
@@ -31,6 +30,113 @@ export type {
   TlsConfig,
   Versioned,
 } from './binding';
+
+/**
+ * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
+ * the fencing token of a lock). Immutable.
+ *
+ * Ordered by `ms`, then `counter`, then `nodeId` compared byte-wise in UTF-8 (not by UTF-16
+ * code units as JavaScript's `<` on strings would).
+ *
+ * ```ts
+ * const a = Hlc.parse('001696374425000:00000:CLIENT');
+ * const b = new Hlc(1696374425000n, 1n, 'CLIENT');
+ * a.compare(b); // -1
+ * [b, a].sort(Hlc.compare); // [a, b]
+ * ```
+ *
+ * The class holds the three parts; the native core checks, parses, formats and orders them
+ * (the same rules in every language). The versions the core returns are built through the
+ * factory registered below, without checking their parts again.
+ */
+export class Hlc {
+  readonly #ms: bigint;
+  readonly #counter: bigint;
+  readonly #nodeId: string;
+
+  /**
+   * Builds a value from its parts (`ms` and `counter` as bigint, or as safe integers).
+   * Invalid parts throw an `ERR_INVALID_ARGUMENT` error.
+   */
+  constructor(ms: number | bigint, counter: number | bigint, nodeId: string) {
+    if (!fromCore) native.hlcCheck(ms, counter, nodeId);
+    this.#ms = BigInt(ms);
+    this.#counter = BigInt(counter);
+    this.#nodeId = nodeId;
+  }
+
+  /**
+   * Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an
+   * `ERR_INVALID_ARGUMENT` error whose `reason` is the stable code of the failure
+   * (`too_few_parts`, `invalid_ms`, ... as in `tests/vectors/hlc.json`).
+   */
+  static parse(text: string): Hlc {
+    return native.hlcParse(text);
+  }
+
+  /** `Hlc.compare(a, b)`, for `versions.sort(Hlc.compare)`: -1, 0 or 1. */
+  static compare(a: Hlc, b: Hlc): number {
+    return native.hlcCompare(hlc('a', a), hlc('b', b));
+  }
+
+  /** Wall-clock milliseconds since the Unix epoch. */
+  get ms(): bigint {
+    return this.#ms;
+  }
+
+  /** Logical counter within the millisecond. */
+  get counter(): bigint {
+    return this.#counter;
+  }
+
+  /** The node that produced the value (`StateStore` for the local server, a client id...). */
+  get nodeId(): string {
+    return this.#nodeId;
+  }
+
+  /** -1, 0 or 1 as this value is lower than, equal to or greater than `other`. */
+  compare(other: Hlc): number {
+    return native.hlcCompare(this, hlc('other', other));
+  }
+
+  /** True if both are the same value (padding does not matter). */
+  equals(other: Hlc): boolean {
+    return this.compare(other) === 0;
+  }
+
+  /** The wire form: `ms` padded to 15 digits, `counter` to 5 (`001696374425000:00000:CLIENT`). */
+  toString(): string {
+    return native.hlcFormat(this);
+  }
+
+  /** The wire form, so that `JSON.stringify` writes versions as strings. */
+  toJSON(): string {
+    return this.toString();
+  }
+}
+
+// Set while the factory builds a version from parts the core made (and so checked).
+let fromCore = false;
+native.hlcClass((ms: bigint, counter: bigint, nodeId: string) => {
+  fromCore = true;
+  try {
+    return new Hlc(ms, counter, nodeId);
+  } finally {
+    fromCore = false;
+  }
+});
+
+// `console.log(version)` shows the wire form.
+Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value(this: Hlc): string {
+    return `Hlc(${this.toString()})`;
+  },
+});
+
+function hlc(name: string, v: unknown): Hlc {
+  if (v instanceof Hlc) return v;
+  throw invalid(`${name} must be an Hlc, got ${describe(v)}`);
+}
 
 /** A key or a value: a string (sent as UTF-8), a `Buffer` or any `Uint8Array`. */
 export type Bytes = string | Uint8Array;
@@ -771,12 +877,6 @@ export function benchRustGet(url: string, n: number, depth: number): Promise<num
   return native.benchRustGet(url, n, depth);
 }
 
-// `console.log(version)` shows the wire form.
-Object.defineProperty(Hlc.prototype, Symbol.for('nodejs.util.inspect.custom'), {
-  value(this: Hlc): string {
-    return `Hlc(${this.toString()})`;
-  },
-});
 
 // ---------------------------------------------------------------------------------------
 // IoT Hub device client (mqstate::iothub)

@@ -68,7 +68,12 @@ if (check) {
   rmSync(outDir, { recursive: true, force: true });
   mkdirSync(outDir);
 }
-const { exports, dts } = await generateTypeDef({ typeDefDir, cwd: pkgDir, declareBindingTarget: true });
+const { exports, dts } = await generateTypeDef({
+  typeDefDir,
+  cwd: pkgDir,
+  declareBindingTarget: true,
+  configDtsHeader: pkg.napi.dtsHeader,
+});
 writeFileSync(join(outDir, 'binding.d.ts'), dts);
 await writeJsBinding({
   platform: true,

@@ -241,8 +241,8 @@ impl NativeClient {
     }
 }
 
-fn fencing(token: Option<&Hlc>) -> Option<mqstate::Hlc> {
-    token.map(|t| t.inner.clone())
+fn fencing(token: Option<Hlc>) -> Option<mqstate::Hlc> {
+    token.map(|t| t.inner)
 }
 
 #[napi]
@@ -342,7 +342,7 @@ impl NativeClient {
         nx: Option<bool>,
         nex: Option<bool>,
         expiry_ms: Option<f64>,
-        fencing_token: Option<&Hlc>,
+        fencing_token: Option<Hlc>,
         timeout_ms: Option<f64>,
         cancel: Option<&CancelToken>,
         persist: Option<bool>,
@@ -395,7 +395,7 @@ impl NativeClient {
         &self,
         env: &'env Env,
         key: Either<String, Uint8ArraySlice<'_>>,
-        fencing_token: Option<&Hlc>,
+        fencing_token: Option<Hlc>,
         timeout_ms: Option<f64>,
         cancel: Option<&CancelToken>,
     ) -> napi::Result<PromiseRaw<'env, u32>> {
@@ -419,7 +419,7 @@ impl NativeClient {
         env: &'env Env,
         key: Either<String, Uint8ArraySlice<'_>>,
         value: Either<String, Uint8ArraySlice<'_>>,
-        fencing_token: Option<&Hlc>,
+        fencing_token: Option<Hlc>,
         timeout_ms: Option<f64>,
         cancel: Option<&CancelToken>,
     ) -> napi::Result<PromiseRaw<'env, &'static str>> {

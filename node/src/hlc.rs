@@ -1,20 +1,27 @@
-//! `Hlc`: a version (hybrid logical clock value), parsed, formatted and ordered by the core.
+//! Versions (hybrid logical clock values) crossing to and from JavaScript.
+//!
+//! `Hlc` is a JavaScript class of `index.ts` that holds the three parts, `ms`, `counter` and
+//! `nodeId`; every rule about them (the checks of `new Hlc`, parsing, the wire form, the
+//! order) runs here, in the core. A version made by the core (the version of every `get`,
+//! `set` and notification, the token of every lease) is built by calling the class's factory,
+//! registered once per JavaScript environment by `index.ts`: a plain JavaScript object, with
+//! nothing for the garbage collector to finalize. (As a native class, each one cost a wrap, a
+//! reference and a finalizer, about 1 µs of the JavaScript thread per `get`:
+//! docs/benchmark-log.md.)
 
 use std::cmp::Ordering;
 
 use mqstate::Error;
-use napi::Env;
-use napi::bindgen_prelude::{BigInt, Either};
+use napi::bindgen_prelude::{
+    BigInt, Either, FnArgs, FromNapiValue, Function, FunctionRef, JsObjectValue, Object,
+    ToNapiValue, TypeName, Unknown, ValidateNapiValue, ValueType,
+};
+use napi::{Env, JsValue, sys};
 use napi_derive::napi;
 
 use crate::error::js_error;
 
-/// A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
-/// the fencing token of a lock). Immutable.
-///
-/// Ordered by `ms`, then `counter`, then `nodeId` compared byte-wise in UTF-8 (not by UTF-16
-/// code units as JavaScript's `<` on strings would).
-#[napi]
+/// A version in Rust; in JavaScript, an instance of `index.ts`'s `Hlc` class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hlc {
     pub(crate) inner: mqstate::Hlc,
@@ -26,111 +33,139 @@ impl From<mqstate::Hlc> for Hlc {
     }
 }
 
-fn ordering(o: Ordering) -> i32 {
-    match o {
+/// `index.ts`'s factory of `Hlc` instances from parts the core made (so not checked again).
+type Factory = FunctionRef<FnArgs<(BigInt, BigInt, String)>, Unknown<'static>>;
+
+/// What `hlcClass` registers in the environment's instance data.
+struct HlcClass {
+    make: Factory,
+}
+
+/// Registers the factory that turns the core's versions into `Hlc` instances (called once by
+/// `index.ts` when it loads; a later call replaces it).
+#[napi(js_name = "hlcClass")]
+pub fn hlc_class(
+    env: Env,
+    make: Function<FnArgs<(BigInt, BigInt, String)>, Unknown<'static>>,
+) -> napi::Result<()> {
+    let make = make.create_ref()?;
+    env.set_instance_data(HlcClass { make }, (), |_| {})
+}
+
+/// Checks the parts of `new Hlc(ms, counter, nodeId)` (`ms` and `counter` as bigint, or as
+/// safe integers); throws `ERR_INVALID_ARGUMENT` naming what is wrong.
+#[napi(js_name = "hlcCheck")]
+pub fn hlc_check(
+    env: Env,
+    ms: Either<f64, BigInt>,
+    counter: Either<f64, BigInt>,
+    node_id: String,
+) -> napi::Result<()> {
+    let ms = part(&env, "ms", ms)?;
+    let counter = part(&env, "counter", counter)?;
+    mqstate::Hlc::try_new(ms, counter, node_id)
+        .map(drop)
+        .map_err(|e| js_error(&env, &Error::from(e), &[]))
+}
+
+/// Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an
+/// `ERR_INVALID_ARGUMENT` error whose `reason` is the stable code of the failure
+/// (`too_few_parts`, `invalid_ms`, ... as in `tests/vectors/hlc.json`).
+#[napi(js_name = "hlcParse")]
+pub fn hlc_parse(env: Env, text: String) -> napi::Result<Hlc> {
+    text.parse::<mqstate::Hlc>().map(Hlc::from).map_err(|e| {
+        let reason = e.reason_code().unwrap_or("other");
+        js_error(
+            &env,
+            &Error::InvalidArgument(e.to_string()),
+            &[("reason", reason)],
+        )
+    })
+}
+
+/// -1, 0 or 1 as `a` is lower than, equal to or greater than `b`: by `ms`, then `counter`,
+/// then `nodeId` compared byte-wise in UTF-8.
+#[napi(js_name = "hlcCompare")]
+pub fn hlc_compare(a: Hlc, b: Hlc) -> i32 {
+    match a.inner.cmp(&b.inner) {
         Ordering::Less => -1,
         Ordering::Equal => 0,
         Ordering::Greater => 1,
     }
 }
 
+/// The wire form: `ms` padded to 15 digits, `counter` to 5 (`001696374425000:00000:CLIENT`).
+#[napi(js_name = "hlcFormat")]
+pub fn hlc_format(h: Hlc) -> String {
+    h.inner.to_string()
+}
+
 fn part(env: &Env, name: &str, value: Either<f64, BigInt>) -> napi::Result<u64> {
-    let bad = |why: &str| {
-        js_error(
-            env,
-            &Error::InvalidArgument(format!("Hlc {name} {why}")),
-            &[],
-        )
-    };
     match value {
         Either::A(n) => crate::util::whole::<u64>(name, n).map_err(|e| js_error(env, &e, &[])),
-        Either::B(b) => match b.get_u64() {
-            (false, v, true) => Ok(v),
-            _ => Err(bad("must be a bigint from 0 to 2^64 - 1")),
-        },
+        Either::B(b) => big(&b).ok_or_else(|| {
+            js_error(
+                env,
+                &Error::InvalidArgument(format!("Hlc {name} must be a bigint from 0 to 2^64 - 1")),
+                &[],
+            )
+        }),
     }
 }
 
-#[napi]
-impl Hlc {
-    /// Builds a value from its parts (`ms` and `counter` as bigint, or as safe integers).
-    #[napi(constructor)]
-    pub fn new(
-        env: Env,
-        ms: Either<f64, BigInt>,
-        counter: Either<f64, BigInt>,
-        node_id: String,
-    ) -> napi::Result<Self> {
-        let ms = part(&env, "ms", ms)?;
-        let counter = part(&env, "counter", counter)?;
+/// The value of a bigint from 0 to 2^64 - 1.
+fn big(b: &BigInt) -> Option<u64> {
+    match b.get_u64() {
+        (false, v, true) => Some(v),
+        _ => None,
+    }
+}
+
+impl TypeName for Hlc {
+    fn type_name() -> &'static str {
+        "Hlc"
+    }
+
+    fn value_type() -> ValueType {
+        ValueType::Object
+    }
+}
+
+impl ValidateNapiValue for Hlc {}
+
+impl ToNapiValue for Hlc {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let env = Env::from_raw(env);
+        let class = env.get_instance_data::<HlcClass>()?.ok_or_else(|| {
+            napi::Error::from_reason(
+                "the Hlc class is not registered: load the package through its index.js",
+            )
+        })?;
+        let mqstate::Hlc {
+            ms,
+            counter,
+            node_id,
+        } = val.inner;
+        let made = class
+            .make
+            .borrow_back(&env)?
+            .call((BigInt::from(ms), BigInt::from(counter), node_id).into())?;
+        Ok(made.raw())
+    }
+}
+
+impl FromNapiValue for Hlc {
+    /// Reads the parts through the class's getters and checks them again, so an object that
+    /// only looks like an `Hlc` cannot carry an invalid version into a request.
+    unsafe fn from_napi_value(env: sys::napi_env, value: sys::napi_value) -> napi::Result<Self> {
+        let object = unsafe { Object::from_napi_value(env, value) }?;
+        let not_an_hlc = || napi::Error::new(napi::Status::InvalidArg, "expected an Hlc");
+        let ms = big(&object.get_named_property::<BigInt>("ms")?).ok_or_else(not_an_hlc)?;
+        let counter =
+            big(&object.get_named_property::<BigInt>("counter")?).ok_or_else(not_an_hlc)?;
+        let node_id = object.get_named_property::<String>("nodeId")?;
         mqstate::Hlc::try_new(ms, counter, node_id)
             .map(Hlc::from)
-            .map_err(|e| js_error(&env, &Error::from(e), &[]))
-    }
-
-    /// Parses `{ms}:{counter}:{nodeId}` (any zero padding). A malformed text throws an
-    /// `ERR_INVALID_ARGUMENT` error whose `reason` is the stable code of the failure
-    /// (`too_few_parts`, `invalid_ms`, ... as in `tests/vectors/hlc.json`).
-    #[napi(factory)]
-    pub fn parse(env: Env, text: String) -> napi::Result<Self> {
-        match text.parse::<mqstate::Hlc>() {
-            Ok(h) => Ok(h.into()),
-            Err(e) => {
-                let reason = e.reason_code().unwrap_or("other");
-                Err(js_error(
-                    &env,
-                    &Error::InvalidArgument(e.to_string()),
-                    &[("reason", reason)],
-                ))
-            }
-        }
-    }
-
-    /// `a.compare(b)`, for `versions.sort(Hlc.compare)`: -1, 0 or 1.
-    #[napi(js_name = "compare")]
-    pub fn compare_static(a: &Hlc, b: &Hlc) -> i32 {
-        ordering(a.inner.cmp(&b.inner))
-    }
-
-    /// Wall-clock milliseconds since the Unix epoch.
-    #[napi(getter)]
-    pub fn ms(&self) -> BigInt {
-        BigInt::from(self.inner.ms)
-    }
-
-    /// Logical counter within the millisecond.
-    #[napi(getter)]
-    pub fn counter(&self) -> BigInt {
-        BigInt::from(self.inner.counter)
-    }
-
-    /// The node that produced the value (`StateStore` for the local server, a client id...).
-    #[napi(getter)]
-    pub fn node_id(&self) -> String {
-        self.inner.node_id.clone()
-    }
-
-    /// -1, 0 or 1 as this value is lower than, equal to or greater than `other`.
-    #[napi]
-    pub fn compare(&self, other: &Hlc) -> i32 {
-        ordering(self.inner.cmp(&other.inner))
-    }
-
-    /// True if both are the same value (padding does not matter).
-    #[napi]
-    pub fn equals(&self, other: &Hlc) -> bool {
-        self.inner == other.inner
-    }
-
-    /// The wire form: `ms` padded to 15 digits, `counter` to 5 (`001696374425000:00000:CLIENT`).
-    #[napi(js_name = "toString")]
-    pub fn to_js_string(&self) -> String {
-        self.inner.to_string()
-    }
-
-    /// The wire form, so that `JSON.stringify` writes versions as strings.
-    #[napi(js_name = "toJSON")]
-    pub fn to_json(&self) -> String {
-        self.inner.to_string()
+            .map_err(|e| napi::Error::new(napi::Status::InvalidArg, e.to_string()))
     }
 }

@@ -28,7 +28,7 @@ mod util;
 pub use client::{CancelToken, NativeClient, bench_rust_get, panicking_call};
 pub use error::invalid_argument_error;
 pub use fault_proxy::FaultProxy;
-pub use hlc::Hlc;
+pub use hlc::{Hlc, hlc_check, hlc_class, hlc_compare, hlc_format, hlc_parse};
 pub use iothub::{LocalIotHub, NativeC2dMessage, NativeDeviceClient};
 pub use lock::{
     NativeLeaderElection, NativeLeadershipEvents, NativeLease, NativeLeaseEvents, NativeLock,

@@ -3,6 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { inspect } from 'node:util';
 import { createRequire } from 'node:module';
 import { Client, Hlc, LocalServer, isMqstateError } from '../index.js';
 import { eventually, localServer, silentBroker, sleep, uniqueKey } from './helpers.mjs';
@@ -336,6 +337,23 @@ describe('errors', () => {
     assert.equal(h.ms, 2n ** 64n - 1n);
     assert.equal(h.counter, 5n);
     assert.equal(h.nodeId, 'n');
+  });
+
+  it('Hlc is immutable, and only an Hlc is taken where one is expected', async () => {
+    const h = new Hlc(1n, 2n, 'n');
+    assert.throws(() => {
+      h.ms = 5n;
+    }, TypeError);
+    assert.equal(h.ms, 1n);
+    assert.equal(JSON.stringify({ v: h }), '{"v":"000000000000001:00002:n"}');
+    assert.equal(inspect(h), 'Hlc(000000000000001:00002:n)');
+    const lookalike = { ms: 1n, counter: 2n, nodeId: 'n' };
+    assert.throws(() => h.compare(lookalike), (e) => e.code === 'ERR_INVALID_ARGUMENT');
+    assert.throws(() => h.equals(undefined), (e) => e.code === 'ERR_INVALID_ARGUMENT');
+    assert.throws(() => Hlc.compare(lookalike, h), (e) => e.code === 'ERR_INVALID_ARGUMENT');
+    const c = await ctx.connect();
+    await assert.rejects(c.del('k', { fencingToken: lookalike }), (e) => e.code === 'ERR_INVALID_ARGUMENT');
+    await c.close();
   });
 });
 
