@@ -420,8 +420,10 @@ export interface DeviceStats {
 export declare function hlcCheck(ms: number | bigint, counter: number | bigint, nodeId: string): void
 
 /**
- * Registers the factory that turns the core's versions into `Hlc` instances (called once by
- * `index.ts` when it loads; a later call replaces it).
+ * Registers the factory that turns the core's versions into `Hlc` instances. `index.ts`
+ * calls it when it loads; if it loads again in the same environment (a test runner that
+ * resets its module registry), the new factory replaces the old one, so versions are
+ * instances of the class that environment now exports.
  */
 export declare function hlcClass(make: (arg0: bigint, arg1: bigint, arg2: string) => unknown): void
 

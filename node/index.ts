@@ -877,7 +877,6 @@ export function benchRustGet(url: string, n: number, depth: number): Promise<num
   return native.benchRustGet(url, n, depth);
 }
 
-
 // ---------------------------------------------------------------------------------------
 // IoT Hub device client (mqstate::iothub)
 // ---------------------------------------------------------------------------------------

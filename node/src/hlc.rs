@@ -41,15 +41,24 @@ struct HlcClass {
     make: Factory,
 }
 
-/// Registers the factory that turns the core's versions into `Hlc` instances (called once by
-/// `index.ts` when it loads; a later call replaces it).
+/// Registers the factory that turns the core's versions into `Hlc` instances. `index.ts`
+/// calls it when it loads; if it loads again in the same environment (a test runner that
+/// resets its module registry), the new factory replaces the old one, so versions are
+/// instances of the class that environment now exports.
 #[napi(js_name = "hlcClass")]
 pub fn hlc_class(
     env: Env,
     make: Function<FnArgs<(BigInt, BigInt, String)>, Unknown<'static>>,
 ) -> napi::Result<()> {
     let make = make.create_ref()?;
-    env.set_instance_data(HlcClass { make }, (), |_| {})
+    match env.get_instance_data::<HlcClass>()? {
+        // Replaced in place: `napi_set_instance_data` would not finalize the old data.
+        Some(class) => {
+            class.make = make;
+            Ok(())
+        }
+        None => env.set_instance_data(HlcClass { make }, (), |_| {}),
+    }
 }
 
 /// Checks the parts of `new Hlc(ms, counter, nodeId)` (`ms` and `counter` as bigint, or as
