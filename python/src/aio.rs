@@ -1,18 +1,19 @@
 //! asyncio awaitables for core futures, driven on the event loop's own thread.
 //!
-//! Each call returns an `asyncio.Future` of the running loop. The Rust future behind it is
-//! polled on the loop's thread (inside the library runtime's context, so its timers and
-//! channels work), first right away, then each time it is woken: its waker, called by the
-//! runtime's workers (a response arrived, a timer fired), queues it on the loop's completion
-//! queue and, only when the queue was empty, writes one byte to a socket pair that the loop
-//! watches (`loop.add_reader`). The loop's reader callback polls every queued future at once
-//! and settles the asyncio futures of those that finished (each is a [`Task`] of
-//! `mqstate-drive`, the driver the Node binding uses too). So runtime workers never take the
-//! GIL, one wake-up serves a whole batch, and a request costs no task of its own on the
-//! runtime: no spawn, no extra thread hand-off (see python/README.md, "Benchmark").
+//! Each call returns a [`Call`] of the running loop (an asyncio future-like, see `call.rs`).
+//! The Rust future behind it is polled on the loop's thread (inside the library runtime's
+//! context, so its timers and channels work), first right away, then each time it is woken:
+//! its waker, called by the runtime's workers (a response arrived, a timer fired), queues it
+//! on the loop's completion queue and, only when the queue was empty, writes one byte to a
+//! socket pair that the loop watches (`loop.add_reader`). The loop's reader callback polls every queued future at once
+//! and settles the calls of those that finished (each is a [`Task`] of `mqstate-drive`, the
+//! driver the Node binding uses too), whose done callbacks (the awaiting Tasks' wake-ups) run
+//! right there. So runtime workers never take the GIL, one wake-up serves a whole batch, and
+//! a request costs no task of its own on the runtime: no spawn, no extra thread hand-off
+//! (see python/README.md, "Benchmark").
 //!
-//! Cancelling the asyncio future (or the task awaiting it) drops the Rust future at once,
-//! which cancels the request (its correlation entry is removed; a late response is ignored).
+//! Cancelling the call (or the task awaiting it) drops the Rust future at once, which
+//! cancels the request (its correlation entry is removed; a late response is ignored).
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -20,17 +21,17 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use mqstate_drive::{Host, Output, Task};
 
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
+use crate::call::{self, Call};
 use crate::errors::{self, Outcome};
 use crate::runtime::runtime;
 use crate::stream::{Next, Source, StreamState};
@@ -74,7 +75,7 @@ impl Host for Bridge {
 impl Bridge {
     /// Polls every queued future (on the loop's thread, with the GIL held, which the
     /// settling of the finished ones needs).
-    fn drain(&self, _py: Python<'_>) {
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
         // Consume the wake-up bytes, then disarm, then take the queue: a future queued after
         // the disarming writes a new byte (read by the next call), and one queued before the
         // take is taken. (Disarming before reading could swallow the byte of a re-arming.)
@@ -82,10 +83,23 @@ impl Bridge {
         while matches!((&self.reader).read(&mut sink), Ok(n) if n > 0) {}
         self.armed.store(false, Ordering::SeqCst);
         let woken = std::mem::take(&mut *lock(&self.queue));
+        // The loop runs this callback between Tasks' steps, where the awaiting Tasks may be
+        // woken at once; not so if a Task is running (a loop run from within one). If that
+        // cannot be told, the callbacks are scheduled: the batch must be delivered anyway.
+        let direct = current_task(py).is_ok_and(|task| task.is_none());
         let _context = runtime().enter();
-        for task in woken {
-            task.poll(());
-        }
+        call::delivering(direct, || {
+            for task in woken {
+                task.poll(());
+            }
+        })
+    }
+}
+
+/// What `Call.cancel()` drops: the call's task, with its future.
+impl call::Cancel for Task<Bridge> {
+    fn cancel(&self) {
+        Task::cancel(self);
     }
 }
 
@@ -96,8 +110,8 @@ struct Drain(Arc<Bridge>);
 
 #[pymethods]
 impl Drain {
-    fn __call__(&self, py: Python<'_>) {
-        self.0.drain(py);
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        self.0.drain(py)
     }
 }
 
@@ -143,30 +157,18 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// `add_done_callback` of the asyncio future: once it is done before its Rust future has
-/// finished (cancelled), the Rust future is dropped. The settling of a finished call removes
-/// it (see [`spawn_with`]).
-#[pyclass(module = "mqstate._native", name = "_Cancel", frozen)]
-struct Cancel(OnceLock<Arc<Task<Bridge>>>);
-
-impl std::fmt::Debug for Cancel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cancel").finish_non_exhaustive()
-    }
+/// `asyncio.current_task()` (of the running loop): `None` between Tasks' steps.
+fn current_task(py: Python<'_>) -> PyResult<Option<Bound<'_, PyAny>>> {
+    static CURRENT_TASK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let task = CURRENT_TASK
+        .import(py, "asyncio", "current_task")?
+        .call0()?;
+    Ok((!task.is_none()).then_some(task))
 }
 
-#[pymethods]
-impl Cancel {
-    fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        if let Some(task) = self.0.get() {
-            task.cancel(); // drops the future, which withdraws its request
-        }
-    }
-}
-
-/// Drives `future` on the running loop's thread and returns an `asyncio.Future` of that loop
-/// for it; `complete` runs there too, with the output (a panic of `future` becomes a
-/// `RuntimeError`). Cancelling the asyncio future drops `future`.
+/// Drives `future` on the running loop's thread and returns a [`Call`] of that loop for it;
+/// `complete` runs there too, with the output (a panic of `future` becomes a
+/// `RuntimeError`). Cancelling the call drops `future`.
 pub(crate) fn spawn_with<'py, F, C>(
     py: Python<'py>,
     future: F,
@@ -175,62 +177,41 @@ pub(crate) fn spawn_with<'py, F, C>(
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
-    C: for<'a> FnOnce(Python<'a>, &Bound<'a, PyAny>, std::thread::Result<F::Output>)
+    C: for<'a> FnOnce(Python<'a>, &Bound<'a, Call>, std::thread::Result<F::Output>)
         + Send
         + 'static,
 {
     let event_loop = running_loop(py)?;
     let bridge = bridge(&event_loop)?;
-    let asyncio_future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let on_done = Py::new(py, Cancel(OnceLock::new()))?;
-    let target = asyncio_future.clone().unbind();
-    let remove = on_done.clone_ref(py);
+    let call = Bound::new(py, Call::new(event_loop.unbind()))?;
+    let target = call.clone().unbind();
     let task = Task::new(
         bridge,
         future,
         None,
         move |(), output: Output<F::Output>| {
             // On the loop's thread, from a poll made with the GIL held: attaching is a no-op.
-            Python::attach(|py| {
-                let target = target.bind(py);
-                // Removed before the result is set (which schedules the done callbacks): it has
-                // nothing left to do, and left in place it would cost the loop one more scheduled
-                // callback (a `call_soon` handle) for every request.
-                let _ = target.call_method1(intern!(py, "remove_done_callback"), (remove,));
-                // (`None` would mean cancelled by a cancellation future, which is never given
-                // here: a cancelled call drops its task instead, and nothing is settled.)
-                if let Some(output) = output.transpose() {
-                    complete(py, target, output);
-                }
-            });
+            // (`None` would mean cancelled by a cancellation future, which is never given
+            // here: a cancelled call drops its task instead, and nothing is settled.)
+            if let Some(output) = output.transpose() {
+                Python::attach(|py| complete(py, target.bind(py), output));
+            }
         },
     );
-    // Registered before the task is handed to it: if registering fails, the task (not yet
-    // reachable from the callback it holds) is simply dropped.
-    asyncio_future.call_method1(intern!(py, "add_done_callback"), (on_done.clone_ref(py),))?;
-    let _ = on_done.get().0.set(task.clone());
+    call.get().set_work(task.clone());
     // The first poll starts the work now (sends the request), not when it is awaited.
     let _context = runtime().enter();
     task.poll(());
-    Ok(asyncio_future)
+    Ok(call.into_any())
 }
 
-/// Gives `future` its result or exception, unless it is done already (cancelled).
-pub(crate) fn settle(
-    py: Python<'_>,
-    future: &Bound<'_, PyAny>,
-    result: PyResult<Bound<'_, PyAny>>,
-) {
-    // A future that is done already (cancelled) refuses the result with InvalidStateError,
-    // which is ignored: asking `done()` first would cost one more call for every request.
-    let _ = match result {
-        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,)),
-        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),)),
-    };
+/// Gives `call` its result or exception, unless it is done already (cancelled).
+pub(crate) fn settle(call: &Bound<'_, Call>, result: PyResult<Bound<'_, PyAny>>) {
+    Call::settle(call, result);
 }
 
 /// Drives `future` on the running loop's thread; its result (or its error, as the matching
-/// `mqstate` exception) becomes the result of the returned `asyncio.Future`.
+/// `mqstate` exception) becomes the result of the returned [`Call`].
 pub(crate) fn spawn<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = Result<T, mqstate::Error>> + Send + 'static,
@@ -241,7 +222,7 @@ where
             Ok(outcome) => Outcome(outcome).into_pyobject(py),
             Err(panic) => Err(errors::panicked(&*panic)),
         };
-        settle(py, target, result);
+        settle(target, result);
     })
 }
 
@@ -258,18 +239,18 @@ where
             Ok(Err(error)) => Err(error),
             Err(panic) => Err(errors::panicked(&*panic)),
         };
-        settle(py, target, result);
+        settle(target, result);
     })
 }
 
-/// An `asyncio.Future` of the running loop that is already done with `value`.
+/// A [`Call`] of the running loop that is already done with `value`.
 pub(crate) fn ready<'py>(
     py: Python<'py>,
     value: impl IntoPyObject<'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let future = running_loop(py)?.call_method0("create_future")?;
-    future.call_method1("set_result", (value,))?;
-    Ok(future)
+    let value = value.into_bound_py_any(py)?.unbind();
+    let call = Call::done_with(running_loop(py)?.unbind(), value);
+    Ok(Bound::new(py, call)?.into_any())
 }
 
 /// What `AsyncClient.connect()` and `AsyncClient.observe()` return: an awaitable that is also
@@ -318,7 +299,7 @@ impl Pending {
     }
 }
 
-/// The next item of `state` as an `asyncio.Future` of the running loop. Unlike [`spawn`],
+/// The next item of `state` as a [`Call`] of the running loop. Unlike [`spawn`],
 /// an item received for a future that was cancelled meanwhile is not lost: it is handed back
 /// to `state` for the next call (the stream stays locked until then, so that a later call
 /// cannot overtake it). `convert` runs on the loop's thread, with the GIL.
@@ -339,17 +320,13 @@ where
         let (next, held) = match output {
             Ok(received) => received,
             Err(panic) => {
-                settle(py, future, Err(errors::panicked(&*panic)));
+                settle(future, Err(errors::panicked(&*panic)));
                 return;
             }
         };
-        let pending = !future
-            .call_method0("done")
-            .and_then(|d| d.is_truthy())
-            .unwrap_or(true);
-        if pending {
+        if !future.get().is_done() {
             let result = convert(py, next);
-            settle(py, future, result);
+            settle(future, result);
         } else if let Next::Item(item) = next {
             // Cancelled meanwhile: keep the item for the next call.
             state.requeue(item);

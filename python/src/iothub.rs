@@ -504,8 +504,8 @@ impl AsyncDeviceClient {
 }
 
 impl AsyncDeviceClient {
-    /// The next message as an asyncio future; `iteration` ends with `StopAsyncIteration`
-    /// once the client is closed.
+    /// The next message as a `Call` (an asyncio future-like); `iteration` ends with
+    /// `StopAsyncIteration` once the client is closed.
     fn next_message<'py>(&self, py: Python<'py>, iteration: bool) -> PyResult<Bound<'py, PyAny>> {
         let stashed = self.stash.lock().ok().and_then(|mut s| s.pop_front());
         let client = self.inner.clone();
@@ -519,10 +519,7 @@ impl AsyncDeviceClient {
                 }
             },
             move |py, target, output| {
-                let cancelled = target
-                    .call_method0("done")
-                    .and_then(|d| d.is_truthy())
-                    .unwrap_or(true);
+                let cancelled = target.get().is_done();
                 let result = match output {
                     Ok(Ok(m)) if cancelled => {
                         if let Ok(mut s) = stash.lock() {
@@ -537,7 +534,7 @@ impl AsyncDeviceClient {
                     Ok(Err(e)) => Err(errors::to_py(py, &e)),
                     Err(panic) => Err(errors::panicked(&*panic)),
                 };
-                aio::settle(py, target, result);
+                aio::settle(target, result);
             },
         )
     }

@@ -7,6 +7,7 @@
 
 mod aio;
 mod bench;
+mod call;
 mod client;
 mod convert;
 mod errors;
@@ -28,6 +29,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<client::AsyncClient>()?;
     m.add_class::<aio::Pending>()?;
+    m.add_class::<call::Call>()?;
     m.add_class::<observe::Observation>()?;
     m.add_class::<observe::AsyncObservation>()?;
     m.add_class::<types::Hlc>()?;

@@ -300,7 +300,7 @@ event_stream!(
 // Leases
 
 /// How a class of this module runs a core call: blocking (`wait`: on the library's runtime,
-/// with the GIL released, the result converted) or asyncio (an `asyncio.Future` of the running
+/// with the GIL released, the result converted) or asyncio (a `Call` of the running
 /// loop). The blocking and asyncio twins are generated once, by [`lease_class!`], over this.
 trait Mode {
     fn run<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>

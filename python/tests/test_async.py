@@ -118,11 +118,12 @@ async def test_timeout(silent_broker: _SilentBroker) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_finished_request_schedules_only_its_waiter(
+async def test_a_finished_request_schedules_nothing(
     aclient: mqstate.AsyncClient, key: str
 ) -> None:
-    """The cancellation hook of a request is removed once its result is in, so the loop runs
-    one callback per request (the awaiting task's wake-up) instead of two."""
+    """The awaiting task is woken by the delivery of the result itself: the loop schedules no
+    callback per request (an `asyncio.Future` would schedule the task's wake-up with
+    `call_soon`, one more loop iteration and one more handle per request)."""
     await aclient.set(key, b"v")
     loop = asyncio.get_running_loop()
     scheduled: list[object] = []
@@ -132,24 +133,193 @@ async def test_a_finished_request_schedules_only_its_waiter(
         scheduled.append(callback)
         return call_soon(callback, *args, **kwargs)  # type: ignore[arg-type]
 
-    # A request whose response came within the call itself (possible on a loaded machine)
-    # is done before it is awaited, and awaiting it schedules nothing: counted apart.
-    done_at_once = 0
     loop.call_soon = counting  # type: ignore[method-assign, assignment]
     try:
         for _ in range(20):
-            pending = aclient.get(key)
-            done_at_once += pending.done()
-            assert await pending == b"v"
+            assert await aclient.get(key) == b"v"
     finally:
         del loop.call_soon
-    # One wake-up of this task per request that was awaited pending, and never the
-    # cancellation hook (left in place, it would be scheduled once per request).
-    kinds = sorted({type(cb).__name__ for cb in scheduled})
-    assert "_Cancel" not in kinds, f"the cancellation hook ran: {kinds}"
-    assert len(scheduled) == 20 - done_at_once, (
-        f"{len(scheduled)} callbacks for {20 - done_at_once} pending requests: {kinds}"
-    )
+    assert scheduled == [], f"scheduled per request: {sorted({type(cb).__name__ for cb in scheduled})}"
+
+
+@pytest.mark.asyncio
+async def test_a_call_is_a_future_like(aclient: mqstate.AsyncClient, key: str) -> None:
+    """What asyncio's own functions need from a future: each of them, on calls."""
+    await aclient.set(key, b"v")
+    call = aclient.get(key)
+    assert isinstance(call, mqstate.Call) and asyncio.isfuture(call)
+    assert call.get_loop() is asyncio.get_running_loop()
+    assert await call == b"v"
+    assert call.done() and not call.cancelled()
+    assert call.result() == b"v" and call.exception() is None
+    assert repr(call) == "<mqstate.Call finished result=b'v'>"
+    assert await call == b"v"  # awaited again: the same result
+    assert await asyncio.gather(aclient.get(key), aclient.get(key)) == [b"v", b"v"]
+    assert await asyncio.wait_for(aclient.get(key), 5) == b"v"
+    assert await asyncio.shield(aclient.get(key)) == b"v"
+    done, pending = await asyncio.wait([aclient.get(key), aclient.get(key)])
+    assert not pending and [c.result() for c in done] == [b"v", b"v"]
+    assert [await c for c in asyncio.as_completed([aclient.get(key)])] == [b"v"]
+    assert await asyncio.ensure_future(aclient.get(key)) == b"v"
+    assert mqstate.Call[bytes] is not None  # usable in annotations at runtime
+
+    with pytest.raises(mqstate.InvalidArgument):
+        await aclient.get("")
+    token = (await aclient.set(key + "/lock", "me", nex=True, expiry=10)).version
+    await aclient.set(key + "/fenced", "v", fencing_token=token)
+    failed = aclient.delete(key + "/fenced")  # without the token: refused
+    with pytest.raises(mqstate.ServiceError):
+        await failed
+    assert isinstance(failed.exception(), mqstate.ServiceError)
+    assert repr(failed).startswith("<mqstate.Call finished exception=ServiceError(")
+
+
+@pytest.mark.asyncio
+async def test_call_states_and_done_callbacks(
+    silent_broker: _SilentBroker, aclient: mqstate.AsyncClient, key: str
+) -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[tuple[str, object]] = []
+
+    def record(call: mqstate.Call[object]) -> None:
+        seen.append((var.get(), call.result() if not call.cancelled() else "cancelled"))
+
+    await aclient.set(key, b"v")
+    call = aclient.get(key)
+    var.set("at add")
+    call.add_done_callback(record)  # runs in a copy of this context
+    call.add_done_callback(lambda c: seen.append(("second", None)))
+    other = contextvars.copy_context()
+    other.run(var.set, "given")
+    call.add_done_callback(record, context=other)
+    assert call.remove_done_callback(print) == 0
+    await call
+    await asyncio.sleep(0)  # (in case the result came within the call: then scheduled)
+    assert seen == [("at add", b"v"), ("second", None), ("given", b"v")]
+
+    # Added once done: scheduled with call_soon, so it runs in a later loop iteration.
+    seen.clear()
+    call.add_done_callback(record)
+    assert seen == []
+    await asyncio.sleep(0)
+    assert seen == [("at add", b"v")]
+
+    async with mqstate.AsyncClient.connect(silent_broker.url) as c:
+        pending = c.get("nobody-answers")
+        with pytest.raises(asyncio.InvalidStateError):
+            pending.result()
+        with pytest.raises(asyncio.InvalidStateError):
+            pending.exception()
+        assert repr(pending) == "<mqstate.Call pending>"
+        pending.add_done_callback(record)
+        pending.add_done_callback(record)
+        assert pending.remove_done_callback(record) == 2
+        pending.add_done_callback(record)
+        assert c._requests_in_flight() == 1
+        assert pending.cancel("enough")
+        assert not pending.cancel() and pending.cancelled() and pending.done()
+        # The request is withdrawn at once, by cancel() itself.
+        assert c._requests_in_flight() == 0
+        with pytest.raises(asyncio.CancelledError, match="enough"):
+            pending.result()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        seen.clear()
+        await asyncio.sleep(0)
+        assert seen == [("at add", "cancelled")]
+        assert repr(pending) == "<mqstate.Call cancelled>"
+
+
+@pytest.mark.asyncio
+async def test_a_failing_done_callback_is_reported_and_the_batch_goes_on(
+    aclient: mqstate.AsyncClient, key: str
+) -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        await aclient.set(key, b"v")
+        calls = [aclient.get(key) for _ in range(50)]
+
+        def boom(call: mqstate.Call[object]) -> None:
+            raise ValueError("boom")
+
+        for call in calls[::7]:
+            call.add_done_callback(boom)
+        assert await asyncio.gather(*calls) == [b"v"] * 50
+    finally:
+        loop.set_exception_handler(None)
+    assert len(reported) == len(calls[::7])
+    assert all(isinstance(r["exception"], ValueError) for r in reported)
+    assert all(str(r["message"]).startswith("Exception in callback") for r in reported)
+
+
+def test_a_keyboard_interrupt_in_a_done_callback_leaves_the_loop_and_loses_nothing(
+    server: LocalServer, key: str
+) -> None:
+    """As from a `call_soon` handle, a KeyboardInterrupt raised by a done callback leaves the
+    loop; the other results of its batch are still delivered, so running the loop again
+    finishes every call (a result dropped with the interrupt would hang here)."""
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def start() -> tuple[mqstate.AsyncClient, list[mqstate.Call[bytes | None]]]:
+            c = await mqstate.AsyncClient.connect(server.url)
+            await c.set(key, b"v")
+            return c, [c.get(key) for _ in range(20)]
+
+        client, calls = loop.run_until_complete(start())
+
+        def interrupt(_call: object) -> None:
+            raise KeyboardInterrupt
+
+        for call in calls[::5]:
+            call.add_done_callback(interrupt)
+        interrupted = 0
+        while not all(call.done() for call in calls):
+            # (Not run_until_complete: an interrupted run may leave its stop scheduled.)
+            stop = loop.call_later(0.01, loop.stop)
+            try:
+                loop.run_forever()
+            except KeyboardInterrupt:
+                interrupted += 1
+            finally:
+                stop.cancel()
+        assert [call.result() for call in calls] == [b"v"] * 20
+        assert 1 <= interrupted <= 4  # one per interrupting callback, or one per batch
+
+        async def close() -> None:
+            await client.close()
+
+        loop.run_until_complete(close())
+    finally:
+        loop.close()
+
+
+@pytest.mark.asyncio
+async def test_an_exception_nobody_retrieved_is_reported(silent_broker: _SilentBroker) -> None:
+    import gc
+
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        async with mqstate.AsyncClient.connect(silent_broker.url) as c:
+            forgotten = c.with_timeout(0.1).get("k")
+            await _wait_until(forgotten.done)
+            del forgotten
+            gc.collect()
+            retrieved = c.with_timeout(0.1).get("k")
+            await _wait_until(retrieved.done)
+            assert isinstance(retrieved.exception(), mqstate.TimeoutError)
+            del retrieved
+            gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert [r["message"] for r in reported] == ["Future exception was never retrieved"]
+    assert isinstance(reported[0]["exception"], mqstate.TimeoutError)
 
 
 @pytest.mark.asyncio
