@@ -76,11 +76,12 @@ impl Bridge {
     /// Polls every queued future (on the loop's thread, with the GIL held, which the
     /// settling of the finished ones needs).
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
-        // Consume the wake-up bytes, then disarm, then take the queue: a future queued after
+        // Consume the wake-up byte, then disarm, then take the queue: a future queued after
         // the disarming writes a new byte (read by the next call), and one queued before the
-        // take is taken. (Disarming before reading could swallow the byte of a re-arming.)
-        let mut sink = [0u8; 64];
-        while matches!((&self.reader).read(&mut sink), Ok(n) if n > 0) {}
+        // take is taken. (Disarming before reading could swallow the byte of a re-arming.) A
+        // byte is written only when the flag goes from disarmed to armed, so at most one is
+        // waiting: one read takes it (a second would only find the socket empty).
+        let _ = (&self.reader).read(&mut [0u8; 8]);
         self.armed.store(false, Ordering::SeqCst);
         let woken = std::mem::take(&mut *lock(&self.queue));
         // The loop runs this callback between Tasks' steps, where the awaiting Tasks may be
