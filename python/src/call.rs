@@ -4,8 +4,10 @@
 //! `_asyncio_future_blocking`, so `asyncio.isfuture()` is true and Tasks, `gather`,
 //! `wait_for`, `wait`, `shield` and `as_completed` take it as they take an `asyncio.Future`;
 //! it has the same methods (`result`, `exception`, `done`, `cancelled`, `cancel`,
-//! `add_done_callback`, `remove_done_callback`, `get_loop`), and it logs an exception that
-//! nobody retrieved, as a Future does.
+//! `add_done_callback`, `remove_done_callback`, `get_loop`, and the private
+//! `_make_cancelled_error` and `_cancel_message` that `asyncio.gather` reads from a cancelled
+//! child), it can be weakly referenced, and it logs an exception that nobody retrieved, as a
+//! Future does.
 //!
 //! Why not an `asyncio.Future`: a Future schedules its done callbacks with `loop.call_soon`,
 //! so a result reached the Task awaiting it one loop iteration after the completion socket
@@ -63,7 +65,7 @@ pub(crate) trait Cancel: Send + Sync {
 /// assert asyncio.isfuture(call)
 /// value = await call            # or asyncio.wait_for(call, 1.0), asyncio.gather(...)
 /// ```
-#[pyclass(module = "mqstate", name = "Call", frozen)]
+#[pyclass(module = "mqstate", name = "Call", frozen, weakref)]
 pub(crate) struct Call {
     event_loop: Py<PyAny>,
     state: Mutex<State>,
@@ -286,6 +288,23 @@ impl Call {
             }
             Stage::Cancelled(message) => Err(cancelled_error(py, message.as_ref())),
             Stage::Pending => Err(InvalidStateError::new_err("Exception is not set.")),
+        }
+    }
+
+    /// The `CancelledError` a cancelled call raises (asyncio's protocol: `asyncio.gather`
+    /// asks a cancelled child for it).
+    fn _make_cancelled_error(&self, py: Python<'_>) -> Py<PyAny> {
+        cancelled_error(py, self._cancel_message(py).as_ref())
+            .into_value(py)
+            .into_any()
+    }
+
+    /// The message given to `cancel()`, if any (asyncio's protocol, read by `asyncio.gather`).
+    #[getter]
+    fn _cancel_message(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        match &lock(&self.state).stage {
+            Stage::Cancelled(Some(message)) => Some(message.clone_ref(py)),
+            _ => None,
         }
     }
 

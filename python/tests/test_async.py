@@ -8,6 +8,7 @@ import builtins
 import os
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator
 
 import pytest
@@ -230,6 +231,16 @@ async def test_call_states_and_done_callbacks(
         await asyncio.sleep(0)
         assert seen == [("at add", "cancelled")]
         assert repr(pending) == "<mqstate.Call cancelled>"
+        assert weakref.ref(pending)() is pending
+
+        # asyncio.gather reads a cancelled child's message through asyncio's private protocol.
+        cancelled, answered = c.get("nobody-answers"), aclient.get(key)
+        cancelled.cancel("stop")
+        results = await asyncio.gather(cancelled, answered, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError) and str(results[0]) == "stop"
+        assert results[1] == b"v"
+        with pytest.raises(asyncio.CancelledError, match="stop"):
+            await asyncio.gather(cancelled, aclient.get(key))
 
 
 @pytest.mark.asyncio
