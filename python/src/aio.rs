@@ -206,11 +206,6 @@ where
     Ok(call.into_any())
 }
 
-/// Gives `call` its result or exception, unless it is done already (cancelled).
-pub(crate) fn settle(call: &Bound<'_, Call>, result: PyResult<Bound<'_, PyAny>>) {
-    Call::settle(call, result);
-}
-
 /// Drives `future` on the running loop's thread; its result (or its error, as the matching
 /// `mqstate` exception) becomes the result of the returned [`Call`].
 pub(crate) fn spawn<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
@@ -223,7 +218,7 @@ where
             Ok(outcome) => Outcome(outcome).into_pyobject(py),
             Err(panic) => Err(errors::panicked(&*panic)),
         };
-        settle(target, result);
+        Call::settle(target, result);
     })
 }
 
@@ -240,7 +235,7 @@ where
             Ok(Err(error)) => Err(error),
             Err(panic) => Err(errors::panicked(&*panic)),
         };
-        settle(target, result);
+        Call::settle(target, result);
     })
 }
 
@@ -321,13 +316,13 @@ where
         let (next, held) = match output {
             Ok(received) => received,
             Err(panic) => {
-                settle(future, Err(errors::panicked(&*panic)));
+                Call::settle(future, Err(errors::panicked(&*panic)));
                 return;
             }
         };
         if !future.get().is_done() {
             let result = convert(py, next);
-            settle(future, result);
+            Call::settle(future, result);
         } else if let Next::Item(item) = next {
             // Cancelled meanwhile: keep the item for the next call.
             state.requeue(item);

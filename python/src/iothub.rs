@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use mqstate::iothub::{self as core, DeviceOptions, Telemetry};
 
 use crate::aio;
+use crate::call::Call;
 use crate::convert::{duration_arg, owned_bytes_arg};
 use crate::errors;
 use crate::runtime::{call, runtime, wait};
@@ -534,7 +535,7 @@ impl AsyncDeviceClient {
                     Ok(Err(e)) => Err(errors::to_py(py, &e)),
                     Err(panic) => Err(errors::panicked(&*panic)),
                 };
-                aio::settle(target, result);
+                Call::settle(target, result);
             },
         )
     }
