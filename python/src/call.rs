@@ -141,15 +141,17 @@ impl Call {
     /// runs or schedules its done callbacks.
     pub(crate) fn settle(slf: &Bound<'_, Call>, result: PyResult<Bound<'_, PyAny>>) {
         let py = slf.py();
+        // Made before the lock is taken: making the exception instance may run Python code.
+        let stage = match result {
+            Ok(value) => Stage::Done(value.unbind()),
+            Err(error) => Stage::Failed(error.into_value(py).into_any(), true),
+        };
         let (callbacks, work) = {
             let mut state = lock(&slf.get().state);
             if !matches!(state.stage, Stage::Pending) {
                 return;
             }
-            state.stage = match result {
-                Ok(value) => Stage::Done(value.unbind()),
-                Err(error) => Stage::Failed(error.into_value(py).into_any(), true),
-            };
+            state.stage = stage;
             (std::mem::take(&mut state.callbacks), state.work.take())
         };
         drop(work); // outside the lock (the Rust task: dropping it may run code)
@@ -410,21 +412,18 @@ impl Call {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let state = lock(&self.state);
-        match &state.stage {
-            Stage::Pending => "<mqstate.Call pending>".to_owned(),
-            Stage::Cancelled(_) => "<mqstate.Call cancelled>".to_owned(),
-            Stage::Done(value) => format!("<mqstate.Call finished result={}>", value.bind(py)),
-            Stage::Failed(error, _) => {
-                format!(
-                    "<mqstate.Call finished exception={}>",
-                    error
-                        .bind(py)
-                        .repr()
-                        .map_or_else(|_| "?".into(), |r| r.to_string())
-                )
-            }
-        }
+        // The lock is released before `repr()`, which runs Python code.
+        let (what, value) = match &lock(&self.state).stage {
+            Stage::Pending => return "<mqstate.Call pending>".to_owned(),
+            Stage::Cancelled(_) => return "<mqstate.Call cancelled>".to_owned(),
+            Stage::Done(value) => ("result", value.clone_ref(py)),
+            Stage::Failed(error, _) => ("exception", error.clone_ref(py)),
+        };
+        let shown = value
+            .bind(py)
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        format!("<mqstate.Call finished {what}={shown}>")
     }
 }
 
