@@ -1,6 +1,7 @@
 //! The client against the local state store, on the embedded broker and on Mosquitto: every
 //! operation, 64 requests in flight, two observers, unobserve, binary and 64 KiB values, a
-//! sub-second timeout against a store that does not answer, an outage while observing. Each
+//! closed client's subscriptions gone, a sub-second timeout against a store that does not
+//! answer, an outage while observing. Each
 //! scenario (in `common`) runs once per broker: `<scenario>::embedded` and
 //! `<scenario>::mosquitto`.
 //!
@@ -62,6 +63,7 @@ on_both_brokers! {
     two_clients_observe_one_key => & two_observers;
     unobserve_and_drop_stop_notifications => & unobserve;
     binary_and_64_kib_values => & binary_values;
+    a_closed_client_leaves_no_subscriptions => & close_leaves_no_subscriptions;
     sub_second_timeout_when_the_store_does_not_answer => owned sub_second_timeout;
     outage_while_observing_and_requesting => & outage_through_proxy;
 }

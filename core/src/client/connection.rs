@@ -140,7 +140,7 @@ impl<E: EventSource> Session<E> {
                         changed = self.shutdown.changed() => {
                             if changed.is_err() || *self.shutdown.borrow() {
                                 if *self.shared.state.borrow() == ConnectionState::Connected
-                                    && self.shared.publisher.disconnect()
+                                    && self.shared.publisher.disconnect(&self.filters())
                                 {
                                     closing = Some(tokio::time::Instant::now() + CLOSE_GRACE);
                                     continue;
@@ -200,7 +200,7 @@ impl<E: EventSource> Session<E> {
                                 "the broker refused the subscription to the response or notification topic: {reason}"
                             ));
                             if self.fail_first(error) {
-                                self.shared.publisher.disconnect();
+                                self.shared.publisher.disconnect(&self.filters());
                                 break;
                             }
                             // Requests would only time out; say why, keep the session going.
@@ -298,7 +298,8 @@ mod tests {
 
     #[derive(Debug, Default)]
     struct NullPublisher {
-        disconnects: Mutex<u32>,
+        /// The filters of each `disconnect` call.
+        disconnects: Mutex<Vec<Vec<String>>>,
     }
 
     impl Publisher for NullPublisher {
@@ -308,8 +309,8 @@ mod tests {
         ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>> {
             Box::pin(async { Ok(()) })
         }
-        fn disconnect(&self) -> bool {
-            *self.disconnects.lock().unwrap() += 1;
+        fn disconnect(&self, filters: &[String]) -> bool {
+            self.disconnects.lock().unwrap().push(filters.to_vec());
             true
         }
     }
@@ -344,15 +345,13 @@ mod tests {
         ready: oneshot::Receiver<Result<(), Error>>,
         subscribes: Arc<Mutex<Vec<Vec<String>>>>,
         credentials: Arc<Mutex<u32>>,
+        publisher: Arc<NullPublisher>,
         task: tokio::task::JoinHandle<()>,
     }
 
     fn start(events: Vec<Result<TransportEvent, PollError>>) -> Harness {
-        let shared = Arc::new(Shared::new(
-            "c1".into(),
-            Arc::new(NullPublisher::default()),
-            4,
-        ));
+        let publisher = Arc::new(NullPublisher::default());
+        let shared = Arc::new(Shared::new("c1".into(), publisher.clone(), 4));
         let (tx, commands) = mpsc::unbounded_channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (ready_tx, ready) = oneshot::channel();
@@ -380,6 +379,7 @@ mod tests {
             ready,
             subscribes,
             credentials,
+            publisher,
             task: tokio::spawn(session.run()),
         }
     }
@@ -418,6 +418,8 @@ mod tests {
         h.shutdown.send_replace(true);
         h.task.await.unwrap();
         assert_eq!(*h.shared.state.borrow(), ConnectionState::Closed);
+        // Closing on purpose unsubscribes from exactly what was subscribed.
+        assert_eq!(*h.publisher.disconnects.lock().unwrap(), subs);
     }
 
     #[tokio::test]

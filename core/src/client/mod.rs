@@ -367,9 +367,13 @@ impl Client {
         observe::unobserve(self, key.as_ref()).await
     }
 
-    /// Closes the connection gracefully (DISCONNECT) and waits for it: requests still waiting
-    /// fail with [`Error::Disconnected`], observation streams end, later calls fail.
-    /// Idempotent, and closes it for every clone.
+    /// Closes the connection gracefully and waits for it: requests still waiting fail with
+    /// [`Error::Disconnected`], observation streams end, later calls fail. Idempotent, and
+    /// closes it for every clone.
+    ///
+    /// The client unsubscribes from its topics before the DISCONNECT, so that the session the
+    /// broker keeps for it (clean start off, [`crate::ConnectOptions::session_expiry`]) collects
+    /// nothing and costs the broker nothing until it expires.
     ///
     /// ```no_run
     /// # async fn demo(client: mqstate::Client) {

@@ -163,7 +163,8 @@ pub struct ConnectOptions {
     pub keep_alive: Duration,
     /// How long the broker keeps the session (subscriptions and queued QoS 1 messages) after
     /// a disconnection (default 1 hour). The client always connects with clean start off so
-    /// that unacknowledged requests are resent after a reconnect.
+    /// that unacknowledged requests are resent after a reconnect. [`crate::Client::close`]
+    /// unsubscribes before it disconnects, so the session left behind is empty.
     pub session_expiry: Duration,
     /// TLS, or `None` for plain TCP.
     pub tls: Option<TlsOptions>,

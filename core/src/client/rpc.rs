@@ -464,7 +464,7 @@ mod tests {
             self.sent.lock().unwrap().push(request);
             Box::pin(async { Ok(()) })
         }
-        fn disconnect(&self) -> bool {
+        fn disconnect(&self, _filters: &[String]) -> bool {
             true
         }
     }

@@ -138,8 +138,9 @@ pub(crate) trait Publisher: Send + Sync + 'static {
         request: OutgoingRequest,
     ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>>;
 
-    /// Asks for a graceful DISCONNECT without waiting; false if the connection is gone.
-    fn disconnect(&self) -> bool;
+    /// Asks for an UNSUBSCRIBE from each of `filters`, then a graceful DISCONNECT, without
+    /// waiting; false if the connection is gone.
+    fn disconnect(&self, filters: &[String]) -> bool;
 }
 
 /// The polling half, owned by the connection task.
@@ -233,7 +234,16 @@ impl Publisher for RumqttcPublisher {
         })
     }
 
-    fn disconnect(&self) -> bool {
+    fn disconnect(&self, filters: &[String]) -> bool {
+        // The session outlives the connection (clean start off, see `rumqttc_transport`), and
+        // rumqttc 0.25 cannot put the Session Expiry Interval 0 that would end it into the
+        // DISCONNECT (bytebeamio/rumqtt#887). So a client that leaves on purpose drops its
+        // subscriptions first: otherwise the broker keeps routing to, and queueing for, every
+        // closed client for the session expiry (an hour), and each later publish pays for
+        // matching their filters. The broker handles the packets in order; no UNSUBACK needed.
+        for filter in filters {
+            let _ = self.client.try_unsubscribe(filter.clone());
+        }
         self.client.try_disconnect().is_ok()
     }
 }

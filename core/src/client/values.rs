@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::protocol::hlc::Hlc;
 use crate::protocol::resp3::SetCondition;
 
-/// The connection's state, observable with [`Client::state_changes`].
+/// The connection's state, observable with [`crate::Client::state_changes`].
 ///
 /// ```
 /// use mqstate::ConnectionState;
@@ -25,7 +25,7 @@ pub enum ConnectionState {
     Connected,
     /// The connection dropped; the client is reconnecting (requests wait, up to their timeout).
     Reconnecting,
-    /// Closed by [`Client::close`] (or the last handle was dropped). Final.
+    /// Closed by [`crate::Client::close`] (or the last handle was dropped). Final.
     Closed,
 }
 

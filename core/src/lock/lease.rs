@@ -358,7 +358,7 @@ impl Lease {
     }
 
     /// Renews the lease in the background every `fraction` × ttl (0 < fraction < 1, for
-    /// example [`DEFAULT_RENEW_FRACTION`]). The renewal stops, and a
+    /// example [`crate::lock::DEFAULT_RENEW_FRACTION`]). The renewal stops, and a
     /// [`LeaseEvent::Lost`] is sent, as soon as one renewal fails or comes back `:-1`, or the
     /// key is deleted or set by someone else (it is observed meanwhile); each renewal waits
     /// at most until the lease would expire. Replaces an earlier renewal.

@@ -421,6 +421,89 @@ pub async fn unobserve(env: &Env) {
     w.close().await;
 }
 
+/// A closed client leaves no subscriptions behind. Its session outlives it (clean start off,
+/// and rumqttc cannot send the DISCONNECT's Session Expiry Interval 0), so `close()`
+/// unsubscribes first. Proof from outside: messages published afterwards to its response and
+/// notification topics are not queued for it; a raw client taking over the session (clean
+/// start off, same client id) finds the session but receives none of them before a sentinel
+/// it publishes to itself.
+pub async fn close_leaves_no_subscriptions(env: &Env) {
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+
+    let id = key("closed-client");
+    let c = Client::connect(env.options().with_client_id(id.as_str()))
+        .await
+        .expect("connect");
+    let _observation = c.observe(&key("closed-observed")).await.unwrap();
+    c.close().await;
+
+    let raw = |client_id: &str| {
+        let mut o = MqttOptions::new(client_id, env.store.host(), env.store.port());
+        o.set_clean_start(false);
+        o.set_session_expiry_interval(Some(3600));
+        AsyncClient::new(o, 16)
+    };
+    let stale = [
+        mqstate::topics::response_topic(&id),
+        mqstate::topics::notification_topic(&id, b"closed-observed"),
+    ];
+    let (publisher, mut publisher_loop) = raw(&key("stale-publisher"));
+    for topic in &stale {
+        publisher
+            .publish(topic.as_str(), QoS::AtLeastOnce, false, "stale")
+            .await
+            .unwrap();
+    }
+    let mut acked = 0;
+    while acked < stale.len() {
+        if let Event::Incoming(Packet::PubAck(_)) = publisher_loop.poll().await.unwrap() {
+            acked += 1;
+        }
+    }
+    publisher.disconnect().await.unwrap();
+
+    // Take the closed client's session over and see what it had kept.
+    let sentinel = format!("mqstate-test/sentinel/{id}");
+    let (taker, mut taker_loop) = raw(&id);
+    let mut received = Vec::new();
+    loop {
+        match taker_loop.poll().await.unwrap() {
+            Event::Incoming(Packet::ConnAck(ack)) => {
+                assert!(
+                    ack.session_present,
+                    "the broker kept no session, so this test would prove nothing"
+                );
+                taker
+                    .subscribe(sentinel.as_str(), QoS::AtLeastOnce)
+                    .await
+                    .unwrap();
+            }
+            Event::Incoming(Packet::SubAck(_)) => {
+                taker
+                    .publish(sentinel.as_str(), QoS::AtLeastOnce, false, "sentinel")
+                    .await
+                    .unwrap();
+            }
+            Event::Incoming(Packet::Publish(p)) => {
+                let topic = String::from_utf8_lossy(&p.topic).into_owned();
+                if topic == sentinel {
+                    break;
+                }
+                received.push(topic);
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        received.is_empty(),
+        "the closed client's session still had subscriptions: it received {received:?}"
+    );
+    taker.disconnect().await.unwrap();
+    let _ = taker_loop.poll().await;
+}
+
 /// Binary keys and values with CR LF and NUL, empty values, 64 KiB values.
 pub async fn binary_values(env: &Env) {
     let c = env.client().await;
