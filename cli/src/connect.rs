@@ -21,7 +21,7 @@ pub const URL_ENV: &str = "MQSTATE_URL";
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnectArgs {
-    /// Broker URL: mqtt://[user[:password]@]host[:port][?query] or mqtts://... (TLS).
+    /// Broker URL: `mqtt://[user[:password]@]host[:port][?query]` or `mqtts://...` (TLS).
     /// Default: $MQSTATE_URL, else mqtt://127.0.0.1:1883.
     #[arg(long, value_name = "URL", conflicts_with = "from_env")]
     pub url: Option<String>,

@@ -52,7 +52,7 @@ pub struct ServeHubArgs {
     /// Register a device at start: ID or ID:KEY (base64); repeatable.
     #[arg(long = "iothub-device", value_name = "ID[:KEY]", value_parser = parse_device_spec)]
     pub iothub_devices: Vec<DeviceSpec>,
-    /// Register the devices of a file (one ID[:KEY] per line, # comments); repeatable.
+    /// Register the devices of a file (one `ID[:KEY]` per line, `#` comments); repeatable.
     #[arg(long = "iothub-devices-file", value_name = "FILE")]
     pub iothub_device_files: Vec<PathBuf>,
     /// Messages a device queue holds.

@@ -12,7 +12,7 @@
 //!   `mqstate_drive::Task`). A pending call is a referenced threadsafe function, so Node stays
 //!   alive while it waits, and for nothing else: no handle is left once the calls have
 //!   settled, so Node exits when the user closed the client or just stopped using it.
-//! - Errors are `Error` objects with a stable `code` built in one place, [`error`].
+//! - Errors are `Error` objects with a stable `code` built in one place, the `error` module.
 //! - Cancellation ([`CancelToken`]) drops the Rust future, which withdraws the request.
 
 mod client;

@@ -277,7 +277,7 @@ impl EmbeddedBroker {
     }
 
     /// The gate that holds other clients' CONNECTs until the store is ready (`None` without
-    /// [`EmbeddedBrokerConfig::store_client_id`]).
+    /// a `store_client_id`, see [`EmbeddedBroker::start_gated`]).
     pub fn admission_gate(&self) -> Option<&AdmissionGate> {
         self.gate.as_ref()
     }

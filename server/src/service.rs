@@ -95,7 +95,7 @@ pub struct ServiceConfig {
     pub connect_timeout: Duration,
     /// Read connects and disconnects from Mosquitto's log topic (`$SYS/broker/log/N` and
     /// `/E`, published when Mosquitto runs with `log_dest topic`); see
-    /// [`mosquitto_log`](crate::mosquitto_log). For external brokers.
+    /// [`mosquitto_log`]. For external brokers.
     pub watch_mosquitto_log: bool,
     /// Disconnects a client that sends a request with a forbidden response topic (the
     /// embedded broker, where the sender's client id is known for sure); without it such

@@ -260,7 +260,7 @@ impl Slot {
 /// The keys, their deadlines and the quota.
 ///
 /// Memory layout (measured by `cargo bench -p mqstate-server --bench memory` and
-/// `mqstate bench --memory`): keys live in a [`HashTable`] of [`Slot`]s, each holding its
+/// `mqstate bench --memory`): keys live in a [`HashTable`] of `Slot`s, each holding its
 /// key and value in one exact-size heap block copied out of the request, so a stored key
 /// never keeps the received MQTT packet alive; versions name their node id by index; the
 /// rare deadline and fencing token sit behind one pointer. [`Store::get`] builds an

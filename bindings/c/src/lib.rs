@@ -7,7 +7,7 @@
 //!
 //! The C contract (ownership, threads, NULL, callbacks, errors) is in the header's preamble
 //! and in `README.md` ("C API conventions"). In short: every exported function runs inside
-//! [`ffi_boundary!`] (a panic becomes `MQSTATE_PANIC`), returns an `mqstate_status`, checks
+//! `ffi_boundary!` (a panic becomes `MQSTATE_PANIC`), returns an `mqstate_status`, checks
 //! its pointers (NULL is `MQSTATE_NULL_PARAMETER`) and writes its outputs only on success.
 
 #![allow(

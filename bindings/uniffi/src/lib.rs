@@ -7,7 +7,7 @@
 //! This crate only converts types and errors: every rule (key checks, expiry limits, URL and
 //! environment parsing, fencing, lease renewal) lives in the core (`docs/architecture.md`).
 //! Async methods become Kotlin `suspend` functions and Swift `async` functions; their futures
-//! run on the library's own tokio runtime ([`runtime`]), and the foreign side only awaits a
+//! run on the library's own tokio runtime (`runtime::runtime`), and the foreign side only awaits a
 //! handle to them, so no foreign executor ever polls network code.
 //!
 //! ```no_run

@@ -193,7 +193,8 @@ struct Inner {
     started: Instant,
 }
 
-/// The store hook of the dashboard; cheap to clone. See the [module docs](self).
+/// The store hook of the dashboard; cheap to clone. See the docs of the (private)
+/// `dashboard::monitor` module, and [`crate::dashboard`].
 #[derive(Debug, Clone)]
 pub struct Monitor {
     inner: Arc<Inner>,

@@ -26,7 +26,8 @@ use std::sync::Arc;
 
 use mqstate::hlc::WallClock;
 
-/// See the [module docs](self).
+/// A wall clock that never reads below a floor: the server's HLC after a restart. See the
+/// docs of the (private) `persist::clock` module.
 #[derive(Debug)]
 pub struct FloorClock {
     inner: Arc<dyn WallClock>,
