@@ -20,7 +20,7 @@ use crate::client::transport::{IncomingMessage, OutgoingRequest, Publisher, expi
 use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
 use crate::protocol::PERSISTENCE_PROPERTY;
 use crate::protocol::errors::Error;
-use crate::protocol::hlc::{Hlc, HlcClock};
+use crate::protocol::hlc::{Hlc, HlcClock, HlcError};
 use crate::protocol::resp3::{self, KeyNotifyReply, SetReply};
 use crate::protocol::topics;
 
@@ -36,7 +36,9 @@ pub(crate) struct Response {
     pub(crate) payload: Bytes,
     pub(crate) stat: Option<String>,
     pub(crate) status_message: Option<String>,
-    pub(crate) ts: Option<String>,
+    /// `__ts`, parsed on the connection task (so a binding's thread, which finishes the
+    /// request, does not) and checked by [`Shared::check_response`] after `__stat`.
+    ts: Option<Result<Hlc, HlcError>>,
 }
 
 impl Response {
@@ -53,7 +55,12 @@ impl Response {
             let slot = match name.as_str() {
                 "__stat" => &mut response.stat,
                 "__stMsg" => &mut response.status_message,
-                "__ts" => &mut response.ts,
+                "__ts" => {
+                    if response.ts.is_none() {
+                        response.ts = Some(value.parse());
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             if slot.is_none() {
@@ -253,11 +260,11 @@ impl Shared {
             shared: self,
             correlation,
         };
-        let ts = self.clock.send_update()?;
+        let ts = self.clock.send_update_text()?;
         let mut user_properties = Vec::with_capacity(7);
         user_properties.push(("__srcId".to_owned(), self.client_id.clone()));
         user_properties.push(("__protVer".to_owned(), PROTOCOL_VERSION.to_owned()));
-        user_properties.push(("__ts".to_owned(), ts.to_string()));
+        user_properties.push(("__ts".to_owned(), ts));
         if let Some(token) = fencing_token {
             user_properties.push(("__ft".to_owned(), token.to_string()));
         }
@@ -312,16 +319,18 @@ impl Shared {
                 ));
             }
         }
-        if let Some(ts) = &response.ts {
-            let hlc: Hlc = ts.parse()?;
-            self.clock.merge(&hlc)?;
+        match &response.ts {
+            Some(Ok(hlc)) => self.clock.merge_only(hlc)?,
+            Some(Err(e)) => return Err(e.clone().into()),
+            None => {}
         }
         Ok(response)
     }
 
-    fn version(response: &Response, what: &str) -> Result<Hlc, Error> {
-        match &response.ts {
-            Some(ts) => Ok(ts.parse()?),
+    /// The version of a checked response.
+    fn version(response: Response, what: &str) -> Result<Hlc, Error> {
+        match response.ts {
+            Some(ts) => Ok(ts?),
             None => Err(Error::UnexpectedResponse(format!(
                 "the {what} response has no __ts (version)"
             ))),
@@ -341,7 +350,7 @@ impl Shared {
             None => Ok(None),
             Some(value) => Ok(Some(Versioned {
                 value,
-                version: Self::version(&response, "GET")?,
+                version: Self::version(response, "GET")?,
             })),
         }
     }
@@ -377,7 +386,7 @@ impl Shared {
         let applied = resp3::decode_set_reply(&response.payload)? == SetReply::Applied;
         Ok(SetOutcome {
             applied,
-            version: Self::version(&response, "SET")?,
+            version: Self::version(response, "SET")?,
         })
     }
 

@@ -537,6 +537,22 @@ impl HlcClock {
     /// assert_eq!(clock.send_update().unwrap().to_string(), "000000000001001:00000:n");
     /// ```
     pub fn send_update(&self) -> Result<Hlc, HlcError> {
+        self.advance_for_send().map(|new| self.value(new))
+    }
+
+    /// [`HlcClock::send_update`], written as the request's `__ts` text in one allocation (a
+    /// request's hot path: the value itself is not needed, and `to_string` would grow its
+    /// buffer several times).
+    pub(crate) fn send_update_text(&self) -> Result<String, HlcError> {
+        use std::fmt::Write as _;
+        let new = self.advance_for_send()?;
+        // Up to 20 digits each for milliseconds and counter, two colons.
+        let mut text = String::with_capacity(42 + self.node_id.len());
+        let _ = write!(text, "{:015}:{:05}:{}", new.ms, new.counter, self.node_id);
+        Ok(text)
+    }
+
+    fn advance_for_send(&self) -> Result<State, HlcError> {
         let now = self.wall.now_ms();
         let new = {
             let mut state = self.lock();
@@ -558,7 +574,7 @@ impl HlcClock {
             *state = new;
             new
         };
-        Ok(self.value(new))
+        Ok(new)
     }
 
     /// Merges a received value (a response's or notification's `__ts`) into the clock, by
@@ -590,6 +606,16 @@ impl HlcClock {
     /// assert_eq!(merged, Hlc::new(2_000, 11, "n"));
     /// ```
     pub fn merge(&self, remote: &Hlc) -> Result<Hlc, HlcError> {
+        self.advance_past(remote).map(|new| self.value(new))
+    }
+
+    /// [`HlcClock::merge`] without building the new value (a response's hot path needs only
+    /// the clock moved).
+    pub(crate) fn merge_only(&self, remote: &Hlc) -> Result<(), HlcError> {
+        self.advance_past(remote).map(|_| ())
+    }
+
+    fn advance_past(&self, remote: &Hlc) -> Result<State, HlcError> {
         let now = self.wall.now_ms();
         let new = {
             let mut state = self.lock();
@@ -610,7 +636,7 @@ impl HlcClock {
             *state = new;
             new
         };
-        Ok(self.value(new))
+        Ok(new)
     }
 
     fn check_drift(&self, ms: u64, now: u64) -> Result<(), HlcError> {
@@ -785,6 +811,38 @@ mod tests {
         wall.set(1_001);
         assert_eq!(clock.send_update().unwrap(), Hlc::new(1_001, 0, "me"));
         assert_eq!(clock.current(), Hlc::new(1_001, 0, "me"));
+    }
+
+    #[test]
+    fn send_text_and_merge_only_move_the_clock_as_their_value_twins() {
+        // Two clocks on one wall clock, one driven through the value methods, one through
+        // the hot path's text and merge-only methods: same texts, same states throughout.
+        let wall = Arc::new(ManualClock::new(1_000));
+        let by_value = HlcClock::with_wall_clock("node-7", wall.clone());
+        let by_text = HlcClock::with_wall_clock("node-7", wall.clone());
+        let step = |remote: Option<Hlc>| {
+            if let Some(remote) = remote {
+                by_value.merge(&remote).unwrap();
+                by_text.merge_only(&remote).unwrap();
+            }
+            let text = by_text.send_update_text().unwrap();
+            assert_eq!(text, by_value.send_update().unwrap().to_string());
+            assert_eq!(text.parse::<Hlc>().unwrap(), by_text.current());
+            text
+        };
+        assert_eq!(step(None), "000000000001000:00000:node-7");
+        assert_eq!(step(None), "000000000001000:00001:node-7");
+        assert_eq!(
+            step(Some(Hlc::new(1_200, 99_999, "StateStore"))),
+            "000000000001200:100001:node-7"
+        );
+        wall.advance(Duration::from_millis(500));
+        assert_eq!(step(None), "000000000001500:00000:node-7");
+        // Errors leave both clocks alone.
+        let future = Hlc::new(u64::MAX / 2, 0, "StateStore");
+        assert!(by_value.merge(&future).is_err());
+        assert!(by_text.merge_only(&future).is_err());
+        assert_eq!(step(None), "000000000001500:00001:node-7");
     }
 
     #[test]
