@@ -237,8 +237,14 @@ impl fmt::Display for Hlc {
     /// );
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:015}:{:05}:{}", self.ms, self.counter, self.node_id)
+        write_text(f, self.ms, self.counter, &self.node_id)
     }
+}
+
+/// The text form of a value (see `Display for Hlc`), in one place for the value and for
+/// [`HlcClock::send_update_text`].
+fn write_text(out: &mut impl fmt::Write, ms: u64, counter: u64, node_id: &str) -> fmt::Result {
+    write!(out, "{ms:015}:{counter:05}:{node_id}")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -544,11 +550,11 @@ impl HlcClock {
     /// request's hot path: the value itself is not needed, and `to_string` would grow its
     /// buffer several times).
     pub(crate) fn send_update_text(&self) -> Result<String, HlcError> {
-        use std::fmt::Write as _;
         let new = self.advance_for_send()?;
         // Up to 20 digits each for milliseconds and counter, two colons.
         let mut text = String::with_capacity(42 + self.node_id.len());
-        let _ = write!(text, "{:015}:{:05}:{}", new.ms, new.counter, self.node_id);
+        // Writing into a String cannot fail.
+        let _ = write_text(&mut text, new.ms, new.counter, &self.node_id);
         Ok(text)
     }
 
