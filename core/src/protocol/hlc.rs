@@ -549,6 +549,7 @@ impl HlcClock {
     /// [`HlcClock::send_update`], written as the request's `__ts` text in one allocation (a
     /// request's hot path: the value itself is not needed, and `to_string` would grow its
     /// buffer several times).
+    #[cfg(feature = "client")]
     pub(crate) fn send_update_text(&self) -> Result<String, HlcError> {
         let new = self.advance_for_send()?;
         // Up to 20 digits each for milliseconds and counter, two colons.
@@ -617,6 +618,7 @@ impl HlcClock {
 
     /// [`HlcClock::merge`] without building the new value (a response's hot path needs only
     /// the clock moved).
+    #[cfg(feature = "client")]
     pub(crate) fn merge_only(&self, remote: &Hlc) -> Result<(), HlcError> {
         self.advance_past(remote).map(|_| ())
     }
@@ -820,6 +822,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "client")]
     fn send_text_and_merge_only_move_the_clock_as_their_value_twins() {
         // Two clocks on one wall clock, one driven through the value methods, one through
         // the hot path's text and merge-only methods: same texts, same states throughout.
