@@ -45,29 +45,24 @@ impl Response {
     /// Takes the properties it needs out of the message (first occurrence wins; unknown
     /// ones, such as a broker's `x-mqtt-client-id`, are ignored).
     fn from_message(m: IncomingMessage) -> Self {
-        let mut response = Response {
-            payload: m.payload,
-            stat: None,
-            status_message: None,
-            ts: None,
-        };
+        let (mut stat, mut status_message, mut ts) = (None, None, None);
         for (name, value) in m.user_properties {
             let slot = match name.as_str() {
-                "__stat" => &mut response.stat,
-                "__stMsg" => &mut response.status_message,
-                "__ts" => {
-                    if response.ts.is_none() {
-                        response.ts = Some(value.parse());
-                    }
-                    continue;
-                }
+                "__stat" => &mut stat,
+                "__stMsg" => &mut status_message,
+                "__ts" => &mut ts,
                 _ => continue,
             };
             if slot.is_none() {
                 *slot = Some(value);
             }
         }
-        response
+        Response {
+            payload: m.payload,
+            stat,
+            status_message,
+            ts: ts.map(|ts: String| ts.parse()),
+        }
     }
 }
 
