@@ -2,8 +2,9 @@
 
     python python/bench/bench.py [--rounds 3] [--sync-ops 20000] [--async-ops 100000]
 
-Starts one local state store in this process (or uses --url), stores a 16-byte value, then
-for each round measures, one after the other:
+Starts one local state store in a child process (as the Node benchmark does; ``--in-process``
+runs it in this process instead, ``--url`` uses an existing one), stores a 16-byte value,
+then for each round measures, one after the other:
 
 - blocking: ``Client.get`` in a Python loop (1 request in flight) and the same workload in
   pure Rust (``_native._bench_rust_blocking_get(url, n)``: ``mqstate::blocking::Client``, the
@@ -13,9 +14,15 @@ for each round measures, one after the other:
 
 It prints the median of the rounds for each, and Python / Rust as a ratio. With ``--cpu``
 (Linux) it also prints the CPU time each workload used per request, split into this thread
-(the event loop's, for the asyncio rows) and the library's runtime workers (which also run
-the local server and its broker). Build the module with `maturin develop --release` first: a
-debug build measures the debug build.
+(the event loop's, for the asyncio rows), this process's other threads (the library's
+runtime workers, which with ``--in-process`` also run the server and its broker) and the
+server's child process. Build the module with `maturin develop --release` first: a debug
+build measures the debug build.
+
+Why the server is in another process by default: in-process, the server and its broker run
+on the same two runtime workers as the client, so on a small machine the loop's thread
+competes with the server for the cores and the figure measures that contention as much as
+the binding (see python/README.md, "Benchmark").
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,36 +45,74 @@ KEY = "mqstate-bench"
 VALUE = b"0123456789abcdef"
 
 
-def _cpu_seconds() -> tuple[float, float]:
-    """CPU time (user + system) used so far by this thread and by all the others."""
-    tick = os.sysconf("SC_CLK_TCK")
-    mine = other = 0.0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the thread ended meanwhile
-        used = (int(fields[11]) + int(fields[12])) / tick
-        if int(tid) == threading.get_native_id():
-            mine += used
-        else:
-            other += used
-    return mine, other
+# The server of the default mode: a LocalServer in a child process, which prints its URL and
+# stops when its stdin closes.
+SERVER_CHILD = """
+import sys
+from mqstate.testing import LocalServer
+server = LocalServer()
+print(server.url, flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
+def _stat_seconds(path: str) -> float:
+    """User + system CPU seconds of a /proc stat file (fields 14 and 15)."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(server_pid: int | None) -> tuple[float, float, float]:
+    """CPU time used so far by this thread, by this process's other threads and by the
+    server's process (0 when it is not a child of this benchmark)."""
+    # The process's own figure includes the threads that have ended (a blocking client's
+    # runtime, for example), which summing /proc/self/task would lose.
+    mine = _stat_seconds(f"/proc/self/task/{threading.get_native_id()}/stat")
+    process = _stat_seconds("/proc/self/stat")
+    server = _stat_seconds(f"/proc/{server_pid}/stat") if server_pid else 0.0
+    return mine, process - mine, server
 
 
 def measured(
-    run: Callable[[], float], n: int, cpu: list[tuple[float, float]] | None
+    run: Callable[[], float],
+    n: int,
+    cpu: list[tuple[float, ...]] | None,
+    server_pid: int | None,
 ) -> float:
     """Runs a workload of `n` requests. With `cpu` (--cpu), also appends its CPU µs per
-    request (this thread, the others); without it, /proc is not read (it is Linux only)."""
+    request (this thread, the others, the server's process); without it, /proc is not read
+    (it is Linux only)."""
     if cpu is None:
         return run()
-    before = _cpu_seconds()
+    before = _cpu_seconds(server_pid)
     rate = run()
-    after = _cpu_seconds()
-    cpu.append(tuple((a - b) * 1e6 / n for a, b in zip(after, before)))  # type: ignore[arg-type]
+    after = _cpu_seconds(server_pid)
+    cpu.append(tuple((a - b) * 1e6 / n for a, b in zip(after, before)))
     return rate
+
+
+class ChildServer:
+    """A LocalServer in a child process (this interpreter, this mqstate), stopped by `stop`."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SERVER_CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        if not self.url:
+            self.stop()
+            raise RuntimeError("the benchmark's server process did not start")
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
 
 
 def python_blocking(url: str, n: int) -> float:
@@ -104,6 +151,11 @@ def python_async(url: str, n: int, depth: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="an existing state store (default: a local one)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the local server in this process (default: in a child process)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sync-ops", type=int, default=20_000)
     parser.add_argument("--async-ops", type=int, default=100_000)
@@ -111,8 +163,17 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="also print CPU µs per request")
     args = parser.parse_args()
 
-    server = None if args.url else LocalServer()
+    if args.url and args.in_process:
+        parser.error("--url and --in-process exclude each other")
+    server: LocalServer | ChildServer | None = None
+    where = "given by --url"
+    if args.in_process:
+        server, where = LocalServer(), "in this process"
+    elif not args.url:
+        server = ChildServer()
+        where = f"in child process {server.process.pid}"
     url = args.url or (server.url if server else "")
+    server_pid = server.process.pid if isinstance(server, ChildServer) else None
     try:
         with mqstate.Client(url) as c:
             c.set(KEY, VALUE)
@@ -123,16 +184,21 @@ def main() -> None:
             "pyN": (args.async_ops, lambda: python_async(url, args.async_ops, args.depth)),
         }
         results: dict[str, list[float]] = {k: [] for k in workloads}
-        cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in workloads}
+        cpu: dict[str, list[tuple[float, ...]]] = {k: [] for k in workloads}
         for _ in range(args.rounds):
             for name, (n, run) in workloads.items():
-                results[name].append(measured(run, n, cpu[name] if args.cpu else None))
+                results[name].append(
+                    measured(run, n, cpu[name] if args.cpu else None, server_pid)
+                )
     finally:
         if server:
             server.stop()
 
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"mqstate {mqstate.__version__}, server {url}, median of {args.rounds} rounds")
+    print(
+        f"mqstate {mqstate.__version__}, server {url} ({where}),"
+        f" median of {args.rounds} rounds"
+    )
     print(f"{'workload':<32}{'Python ops/s':>14}{'Rust ops/s':>14}{'Python/Rust':>13}")
     rows = [
         ("blocking get, 1 in flight", med["py1"], med["rs1"]),
@@ -145,7 +211,13 @@ def main() -> None:
         " same depth for the asyncio row)"
     )
     if args.cpu:
-        print(f"CPU µs per request, median of {args.rounds} rounds: this thread + runtime workers")
+        # The server's column only when it is this benchmark's child (otherwise its CPU is
+        # in the other threads' column, or not measured at all).
+        columns = 3 if server_pid else 2
+        print(
+            f"CPU µs per request, median of {args.rounds} rounds: this thread + this"
+            " process's other threads" + (" + the server's child process" if server_pid else "")
+        )
         names = (
             ("py1", "Python blocking"),
             ("rs1", "Rust blocking"),
@@ -153,9 +225,9 @@ def main() -> None:
             ("rsN", "Rust async"),
         )
         for key, name in names:
-            mine = statistics.median(c[0] for c in cpu[key])
-            other = statistics.median(c[1] for c in cpu[key])
-            print(f"  {name:<16}{mine:>8.1f} +{other:>7.1f} = {mine + other:>6.1f}")
+            parts = [statistics.median(c[i] for c in cpu[key]) for i in range(columns)]
+            cells = " +".join(f"{p:>7.1f}" for p in parts)
+            print(f"  {name:<16}{cells} = {sum(parts):>6.1f}")
 
 
 if __name__ == "__main__":
