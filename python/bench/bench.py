@@ -112,7 +112,12 @@ class ChildServer:
     def stop(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
-        self.process.wait(timeout=30)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()  # it did not stop when asked: do not leave it running
+            self.process.wait()
+            raise
 
 
 def python_blocking(url: str, n: int) -> float:
