@@ -45,18 +45,6 @@ KEY = "mqstate-bench"
 VALUE = b"0123456789abcdef"
 
 
-# The server of the default mode: a LocalServer in a child process, which prints its URL and
-# stops when its stdin closes.
-SERVER_CHILD = """
-import sys
-from mqstate.testing import LocalServer
-server = LocalServer()
-print(server.url, flush=True)
-sys.stdin.read()
-server.stop()
-"""
-
-
 def _stat_seconds(path: str) -> float:
     """User + system CPU seconds of a /proc stat file (fields 14 and 15)."""
     with open(path) as f:
@@ -94,11 +82,12 @@ def measured(
 
 
 class ChildServer:
-    """A LocalServer in a child process (this interpreter, this mqstate), stopped by `stop`."""
+    """A LocalServer in a child process (``python -m mqstate.testing`` with this interpreter,
+    so this mqstate), which prints its URL and stops when its stdin closes (`stop`)."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", SERVER_CHILD],
+            [sys.executable, "-m", "mqstate.testing"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -53,7 +53,7 @@ def test_the_default_runs_the_server_in_a_child_process_and_stops_it() -> None:
     pid = int(header.group(1))
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            assert b"LocalServer" not in f.read(), "the server's process outlived the benchmark"
+            assert b"mqstate.testing" not in f.read(), "the server's process outlived the benchmark"
     except FileNotFoundError:
         pass
 
