@@ -83,7 +83,10 @@ def measured(
 
 class ChildServer:
     """A LocalServer in a child process (``python -m mqstate.testing`` with this interpreter,
-    so this mqstate), which prints its URL and stops when its stdin closes (`stop`)."""
+    so this mqstate), which prints its URL and stops when its stdin closes (`stop`).
+
+    Its runtime has two worker threads (the library's default is one): with one, the server
+    would be the first to use up a core, and both rows would then measure the server."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
@@ -91,6 +94,7 @@ class ChildServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, "MQSTATE_WORKER_THREADS": "2"},
         )
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()

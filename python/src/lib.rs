@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 
 #[pymodule(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    runtime::read_worker_threads()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<client::Client>()?;
     m.add_class::<client::AsyncClient>()?;

@@ -8,9 +8,20 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
-/// Worker threads: the connection tasks and the in-process test server are light; two keep one
-/// free while the other decodes (the machines this runs on often have two cores).
-const WORKER_THREADS: usize = 2;
+/// Worker threads unless `MQSTATE_WORKER_THREADS` says otherwise. One is enough, and the
+/// cheapest: each call's own work runs on the caller's thread (the event loop's, or the one
+/// blocked in the call), so the workers only move packets and run timers, and never take the
+/// GIL. A second worker measured costing about 3 µs of CPU per request on the runtime's
+/// threads and 1 µs on the event loop's, without carrying more requests (docs/benchmark-log.md,
+/// "One runtime worker"). A process that runs a busy in-process `LocalServer` may want more.
+const DEFAULT_WORKER_THREADS: usize = 1;
+
+/// The environment variable that sets the count of worker threads.
+const WORKER_THREADS_VAR: &str = "MQSTATE_WORKER_THREADS";
+
+/// The count of worker threads, read from the environment when the module is imported
+/// ([`read_worker_threads`]), so that a bad value fails the import instead of the first call.
+static WORKER_THREADS: OnceLock<usize> = OnceLock::new();
 
 /// How often a blocking call on Python's main thread wakes up to run signal handlers, so that
 /// Ctrl-C interrupts a call waiting for a slow or absent server.
@@ -23,15 +34,45 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 /// forked before any use is fine). Never a runtime of the caller's.
 pub(crate) fn runtime() -> &'static Runtime {
     RUNTIME.get_or_init(|| {
+        let workers = WORKER_THREADS
+            .get()
+            .copied()
+            .unwrap_or(DEFAULT_WORKER_THREADS);
         #[allow(clippy::expect_used)] // no runtime means no library: report it loudly, once
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(WORKER_THREADS)
+            .worker_threads(workers)
             .thread_name("mqstate")
             .enable_all()
             .build()
             .expect("mqstate: could not start the tokio runtime");
         runtime
     })
+}
+
+/// Reads `MQSTATE_WORKER_THREADS` (a whole number from 1 to 1024; unset means
+/// [`DEFAULT_WORKER_THREADS`]) for the runtime that [`runtime`] starts later. Called when the
+/// module is imported: any other value raises `ValueError` there.
+pub(crate) fn read_worker_threads() -> PyResult<()> {
+    let workers = match std::env::var_os(WORKER_THREADS_VAR) {
+        None => DEFAULT_WORKER_THREADS,
+        Some(value) => parse_worker_threads(&value.to_string_lossy()).map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!("{WORKER_THREADS_VAR}: {e}"))
+        })?,
+    };
+    // Set once per process: should the module's init ever run again, the count the runtime
+    // may already have started with stays.
+    let _ = WORKER_THREADS.set(workers);
+    Ok(())
+}
+
+/// `value` as a count of worker threads, or why it is not one.
+fn parse_worker_threads(value: &str) -> Result<usize, String> {
+    match value.trim().parse::<usize>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        _ => Err(format!(
+            "expected a whole number of worker threads from 1 to 1024, got {value:?}"
+        )),
+    }
 }
 
 /// Runs `future` to completion on the library's runtime with the GIL released, so other Python
