@@ -16,8 +16,10 @@ use tokio::task::JoinHandle;
 
 use crate::errors::MqstateError;
 
-/// Worker threads: the connection tasks are light; two keep one free while the other decodes
-/// (the same choice as the Python binding).
+/// Worker threads: the connection tasks are light; two keep one free while the other decodes.
+/// (The Python binding went down to one, measured in docs/benchmark-log.md, "One runtime
+/// worker"; here the calls that are not polled from the foreign side run on the workers, and
+/// no measurement of this binding was made, so it keeps two.)
 const WORKER_THREADS: usize = 2;
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
