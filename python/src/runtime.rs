@@ -19,8 +19,9 @@ const DEFAULT_WORKER_THREADS: usize = 1;
 /// The environment variable that sets the count of worker threads.
 const WORKER_THREADS_VAR: &str = "MQSTATE_WORKER_THREADS";
 
-/// The count of worker threads, read from the environment when the module is imported
+/// The count of worker threads set by the environment, read when the module is imported
 /// ([`read_worker_threads`]), so that a bad value fails the import instead of the first call.
+/// Unset: [`DEFAULT_WORKER_THREADS`].
 static WORKER_THREADS: OnceLock<usize> = OnceLock::new();
 
 /// How often a blocking call on Python's main thread wakes up to run signal handlers, so that
@@ -49,19 +50,18 @@ pub(crate) fn runtime() -> &'static Runtime {
     })
 }
 
-/// Reads `MQSTATE_WORKER_THREADS` (a whole number from 1 to 1024; unset means
-/// [`DEFAULT_WORKER_THREADS`]) for the runtime that [`runtime`] starts later. Called when the
-/// module is imported: any other value raises `ValueError` there.
+/// Reads `MQSTATE_WORKER_THREADS` (a whole number from 1 to 1024), when set, for the runtime
+/// that [`runtime`] starts later. Called when the module is imported: any other value raises
+/// `ValueError` there.
 pub(crate) fn read_worker_threads() -> PyResult<()> {
-    let workers = match std::env::var_os(WORKER_THREADS_VAR) {
-        None => DEFAULT_WORKER_THREADS,
-        Some(value) => parse_worker_threads(&value.to_string_lossy()).map_err(|e| {
+    if let Some(value) = std::env::var_os(WORKER_THREADS_VAR) {
+        let workers = parse_worker_threads(&value.to_string_lossy()).map_err(|e| {
             pyo3::exceptions::PyValueError::new_err(format!("{WORKER_THREADS_VAR}: {e}"))
-        })?,
-    };
-    // Set once per process: should the module's init ever run again, the count the runtime
-    // may already have started with stays.
-    let _ = WORKER_THREADS.set(workers);
+        })?;
+        // Set once per process: should the module's init ever run again, the count the
+        // runtime may already have started with stays.
+        let _ = WORKER_THREADS.set(workers);
+    }
     Ok(())
 }
 
