@@ -15,7 +15,7 @@
 //! Cancelling the call (or the task awaiting it) drops the Rust future at once, which
 //! cancels the request (its correlation entry is removed; a late response is ignored).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -84,16 +84,41 @@ impl Bridge {
         let _ = (&self.reader).read(&mut [0u8; 8]);
         self.armed.store(false, Ordering::SeqCst);
         let woken = std::mem::take(&mut *lock(&self.queue));
+        // This callback's loop, when it is the thread's last (as it nearly always is): then
+        // the calls made while the batch is delivered need not ask for the running loop.
+        let known_loop = LAST.with_borrow(|last| match last {
+            Some((event_loop, bridge)) if std::ptr::eq(Arc::as_ptr(bridge), self) => {
+                Some(event_loop.clone_ref(py))
+            }
+            _ => None,
+        });
         // The loop runs this callback between Tasks' steps, where the awaiting Tasks may be
         // woken at once; not so if a Task is running (a loop run from within one). If that
         // cannot be told, the callbacks are scheduled: the batch must be delivered anyway.
-        let direct = current_task(py).is_ok_and(|task| task.is_none());
+        let direct = current_task(py, known_loop.as_ref()).is_ok_and(|task| task.is_none());
         let _context = runtime().enter();
+        let _draining = Draining::enter(known_loop.is_some());
         call::delivering(direct, || {
             for task in woken {
                 task.poll(());
             }
         })
+    }
+}
+
+/// Marks the thread as running the reader callback of its last loop's bridge, until dropped
+/// (also by a panic unwinding through the callback).
+struct Draining(bool);
+
+impl Draining {
+    fn enter(last_loop: bool) -> Self {
+        Draining(DRAINING_LAST.replace(last_loop))
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINING_LAST.set(self.0);
     }
 }
 
@@ -119,6 +144,28 @@ impl Drain {
 thread_local! {
     /// The last event loop this thread used and its bridge (a loop runs on one thread).
     static LAST: RefCell<Option<(Py<PyAny>, Arc<Bridge>)>> = const { RefCell::new(None) };
+    /// Set while the reader callback of `LAST`'s bridge runs: that loop is then the running
+    /// one (asyncio refuses to start a loop from within another's callback).
+    static DRAINING_LAST: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The running loop and its bridge. During a delivery by the last loop's reader callback
+/// (where a call's result resumes the Task that makes the next call), that loop, without
+/// `asyncio.get_running_loop()`: on CPython 3.11 each of those makes a `getpid` system call,
+/// a few percent of the loop's time per request (see docs/benchmark-log.md).
+fn running_bridge(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Bridge>)> {
+    if DRAINING_LAST.get() {
+        let last = LAST.with_borrow(|last| {
+            last.as_ref()
+                .map(|(event_loop, bridge)| (event_loop.bind(py).clone(), bridge.clone()))
+        });
+        if let Some(last) = last {
+            return Ok(last);
+        }
+    }
+    let event_loop = running_loop(py)?;
+    let bridge = bridge(&event_loop)?;
+    Ok((event_loop, bridge))
 }
 
 /// The bridge of `event_loop`, made (and registered with the loop) on first use.
@@ -158,12 +205,18 @@ fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// `asyncio.current_task()` (of the running loop): `None` between Tasks' steps.
-fn current_task(py: Python<'_>) -> PyResult<Option<Bound<'_, PyAny>>> {
+/// `asyncio.current_task(event_loop)`, by default of the running loop (which costs the
+/// lookup of [`running_loop`]): `None` between Tasks' steps.
+fn current_task<'py>(
+    py: Python<'py>,
+    event_loop: Option<&Py<PyAny>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     static CURRENT_TASK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let task = CURRENT_TASK
-        .import(py, "asyncio", "current_task")?
-        .call0()?;
+    let current_task = CURRENT_TASK.import(py, "asyncio", "current_task")?;
+    let task = match event_loop {
+        Some(event_loop) => current_task.call1((event_loop,))?,
+        None => current_task.call0()?,
+    };
     Ok((!task.is_none()).then_some(task))
 }
 
@@ -182,8 +235,7 @@ where
         + Send
         + 'static,
 {
-    let event_loop = running_loop(py)?;
-    let bridge = bridge(&event_loop)?;
+    let (event_loop, bridge) = running_bridge(py)?;
     let call = Bound::new(py, Call::new(event_loop.unbind()))?;
     let target = call.clone().unbind();
     let task = Task::new(

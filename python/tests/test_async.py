@@ -9,6 +9,7 @@ import os
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator
 
 import pytest
@@ -82,6 +83,51 @@ async def test_one_client_serves_event_loops_in_several_threads(
     )
     assert [len(r) for r in results] == [300, 300, 300]
     assert all(v == b"v" for r in results for v in r)
+
+
+def test_calls_made_while_results_are_delivered_belong_to_the_running_loop(
+    server: LocalServer, key: str
+) -> None:
+    """A call made while a batch of results is delivered (by a Task that a result resumed, or
+    by a done callback) belongs to the loop delivering it; the binding skips asking for the
+    running loop there. Two loops in two threads at once, then a new loop in a thread that
+    had another: every call is its own loop's, and every chain finishes."""
+
+    async def chains(url: str) -> list[bool]:
+        loop = asyncio.get_running_loop()
+        own: list[bool] = []
+        finished = loop.create_future()
+        async with mqstate.AsyncClient.connect(url) as c:
+            await c.set(key, b"v")
+            left = 30
+
+            def again(call: mqstate.Call[bytes | None]) -> None:
+                # Runs as the result is delivered, outside any Task.
+                nonlocal left
+                assert call.result() == b"v"
+                left -= 1
+                if left:
+                    following = c.get(key)
+                    own.append(following.get_loop() is loop)
+                    following.add_done_callback(again)
+                else:
+                    finished.set_result(None)
+
+            c.get(key).add_done_callback(again)
+            for _ in range(30):
+                call = c.get(key)  # made by this Task, resumed by the last delivery
+                own.append(call.get_loop() is loop)
+                assert await call == b"v"
+            await finished
+        return own
+
+    def run_twice() -> list[bool]:
+        return asyncio.run(chains(server.url)) + asyncio.run(chains(server.url))
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: run_twice(), range(2)))
+    assert [len(r) for r in results] == [118, 118]
+    assert all(all(r) for r in results)
 
 
 @pytest.mark.asyncio
