@@ -198,7 +198,7 @@ fn bridge(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<Bridge>> {
 }
 
 /// `asyncio.get_running_loop()`.
-fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     GET_RUNNING_LOOP
         .import(py, "asyncio", "get_running_loop")?

@@ -367,8 +367,7 @@ impl Mode for Asyncio {
     }
 
     fn event_loop(py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-        Ok(Some(event_loop.unbind()))
+        Ok(Some(aio::running_loop(py)?.unbind()))
     }
 }
 
