@@ -115,10 +115,10 @@ impl Client {
             ));
         }
         options.validate()?;
-        let client_id = options
-            .client_id
-            .clone()
-            .unwrap_or_else(|| format!("mqstate-{:016x}", fastrand::u64(..)));
+        let client_id = match &options.client_id {
+            Some(id) => id.clone(),
+            None => generated_client_id()?,
+        };
         let (publisher, events) = transport::rumqttc_transport(&options, &client_id)?;
         let shared = Arc::new(Shared::new(
             client_id,
@@ -426,9 +426,46 @@ impl Client {
     }
 }
 
+/// A client id for a client that was given none: `mqstate-` and 16 hex digits from the
+/// operating system's random generator.
+///
+/// The broker drops the older of two connections with the same id (MQTT5 session takeover), so
+/// ids of clients started at the same moment, by processes on one machine or by many devices,
+/// must not repeat. `fastrand` (still used for jitter) seeds itself from the clock and the
+/// thread id, not from the OS: two `mqstate` commands started side by side once drew the same
+/// id from it, and the second one's connection was dropped before its CONNACK.
+fn generated_client_id() -> Result<String, Error> {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| {
+            Error::Connection(
+                "cannot make a client id: the operating system's random generator failed \
+             (give one with ConnectOptions::with_client_id)"
+                    .into(),
+            )
+        })?;
+    Ok(format!("mqstate-{:016x}", u64::from_be_bytes(bytes)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_client_ids_are_mqstate_and_16_hex_digits_and_do_not_repeat() {
+        let ids: std::collections::HashSet<String> =
+            (0..1000).map(|_| generated_client_id().unwrap()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in &ids {
+            let hex = id.strip_prefix("mqstate-").unwrap();
+            assert!(
+                hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+                "{id}"
+            );
+        }
+    }
 
     fn send_sync<T: Send + Sync + 'static>() {}
     fn send<T: Send + 'static>() {}
