@@ -433,7 +433,7 @@ impl Client {
 /// ids of clients started at the same moment, by processes on one machine or by many devices,
 /// must not repeat. `fastrand` (still used for jitter) seeds itself from the clock and the
 /// thread id, not from the OS: two `mqstate` commands started side by side once drew the same
-/// id from it, and the second one's connection was dropped before its CONNACK.
+/// id from it, and the broker dropped the older connection while that command was connecting.
 fn generated_client_id() -> Result<String, Error> {
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 8];
