@@ -551,7 +551,10 @@ export interface Property {
 export interface ReconnectConfig {
   /** Delay before the first reconnection attempt, in ms (default 100). */
   initialDelayMs?: number
-  /** Longest delay between attempts, in ms (default 10,000). */
+  /**
+   * Longest delay between attempts, in ms (default 10,000); also how long a connection
+   * must last for the backoff to start again from the first delay.
+   */
   maxDelayMs?: number
 }
 

@@ -145,3 +145,61 @@ fn a_client_id_with_a_colon_is_refused_as_it_is_the_clock_node_id() {
     assert_eq!(o.connect_timeout, std::time::Duration::from_millis(2500));
     assert!(mqstate::ConnectOptions::from_url("mqtt://h?connect_timeout_ms=500").is_err());
 }
+
+/// Two clients given the same client id take the session from each other: the broker drops
+/// the older connection each time the other one connects. Each reconnection succeeds, but the
+/// backoff does not start again until a connection has lasted `max_delay`, so the takeovers
+/// slow down (0.5-1 × 200, 400, 800, 1,600 ms apart for each client) instead of repeating
+/// several times a second. Lower bounds only: a sleep never ends early, however slow the
+/// machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_with_one_client_id_take_the_session_over_at_a_slowing_pace() {
+    bounded("same_client_id", async {
+        use mqstate::{Client, ConnectOptions, ConnectionState, ReconnectPolicy};
+        use mqstate_server::LocalServer;
+        use std::time::{Duration, Instant};
+        let server = LocalServer::start().await.unwrap();
+        let options = ConnectOptions::new("127.0.0.1", server.port())
+            .with_client_id("same-client-id")
+            .with_reconnect(ReconnectPolicy::new(
+                Duration::from_millis(200),
+                Duration::from_secs(5),
+            ));
+        let a = Client::connect(options.clone()).await.unwrap();
+        let mut states = a.state_changes();
+        let b = Client::connect(options).await.unwrap();
+
+        // A's outages: from seeing `reconnecting` to seeing `connected` again.
+        let mut outages = Vec::new();
+        let mut lost_at = None;
+        while outages.len() < 4 {
+            states.changed().await.unwrap();
+            let state = *states.borrow_and_update();
+            match (state, lost_at) {
+                (ConnectionState::Reconnecting, None) => lost_at = Some(Instant::now()),
+                (ConnectionState::Connected, Some(since)) => {
+                    outages.push(since.elapsed());
+                    lost_at = None;
+                }
+                _ => {}
+            }
+        }
+        eprintln!("client A's outages: {outages:?}");
+        // The fourth waited at least 0.5 × 1,600 ms (100 ms of slack for noticing the loss
+        // late); with the backoff starting again at each reconnection it would be at most
+        // 200 ms plus a connect.
+        assert!(
+            outages[3] >= Duration::from_millis(700),
+            "outages did not grow: {outages:?}"
+        );
+        let total: Duration = outages.iter().sum();
+        assert!(
+            total >= Duration::from_millis(1_400),
+            "outages did not grow: {outages:?}"
+        );
+        a.close().await;
+        b.close().await;
+        server.shutdown().await;
+    })
+    .await;
+}

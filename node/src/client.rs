@@ -74,7 +74,8 @@ pub struct TlsConfig {
 pub struct ReconnectConfig {
     /// Delay before the first reconnection attempt, in ms (default 100).
     pub initial_delay_ms: Option<f64>,
-    /// Longest delay between attempts, in ms (default 10,000).
+    /// Longest delay between attempts, in ms (default 10,000); also how long a connection
+    /// must last for the backoff to start again from the first delay.
     pub max_delay_ms: Option<f64>,
 }
 

@@ -69,7 +69,8 @@ pub struct ConnectOptions {
     /// Delay before the first reconnection attempt (default 100 ms).
     #[uniffi(default)]
     pub reconnect_initial_delay: Option<Duration>,
-    /// Longest delay between reconnection attempts (default 10 s).
+    /// Longest delay between reconnection attempts (default 10 s); also how long a
+    /// connection must last for the backoff to start again from the first delay.
     #[uniffi(default)]
     pub reconnect_max_delay: Option<Duration>,
     /// Notifications buffered per observation before it reports a lag (default 1024).

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::observe::Command;
-use crate::client::options::ConnectOptions;
+use crate::client::options::{Backoff, ConnectOptions};
 use crate::client::rpc::Shared;
 use crate::client::transport::{EventSource, TransportEvent};
 use crate::client::values::ConnectionState;
@@ -128,7 +128,7 @@ impl<E: EventSource> Session<E> {
 
     /// Runs the session until it is closed (or its first connection fails).
     pub(crate) async fn run(mut self) {
-        let mut attempt: u32 = 0;
+        let mut backoff = Backoff::new(self.options.reconnect);
         let mut awaiting_suback = false;
         let mut suback_id: Option<u16> = None;
         let mut closing: Option<tokio::time::Instant> = None;
@@ -168,7 +168,7 @@ impl<E: EventSource> Session<E> {
                     session_present,
                     max_packet_size,
                 }) => {
-                    attempt = 0;
+                    backoff.connected(tokio::time::Instant::now());
                     self.shared.max_packet_size.store(
                         max_packet_size.unwrap_or(u32::MAX),
                         std::sync::atomic::Ordering::Relaxed,
@@ -231,12 +231,11 @@ impl<E: EventSource> Session<E> {
                     }
                     awaiting_suback = false;
                     self.set_state(ConnectionState::Reconnecting);
-                    let delay = self.options.reconnect.delay(attempt, fastrand::f64());
+                    let (delay, attempt) =
+                        backoff.next_delay(tokio::time::Instant::now(), fastrand::f64());
                     tracing::info!(
-                        "connection lost ({e}); reconnecting in {delay:?} (attempt {})",
-                        attempt + 1
+                        "connection lost ({e}); reconnecting in {delay:?} (attempt {attempt})"
                     );
-                    attempt = attempt.saturating_add(1);
                     tokio::select! {
                         biased;
                         changed = self.shutdown.changed() => {

@@ -25,6 +25,7 @@ use super::completion::{CompleteOutcome, InOrderAcks, Ticket};
 use super::message::{self, MessageContent, Telemetry};
 use super::options::{DeviceAuth, DeviceOptions};
 use crate::client::ConnectionState;
+use crate::client::options::Backoff;
 use crate::protocol::errors::Error;
 
 /// Room in rumqttc's request channel: PUBACKs and telemetry; the receive buffer and the
@@ -544,7 +545,7 @@ impl Task {
     }
 
     async fn run(mut self) {
-        let mut attempt: u32 = 0;
+        let mut backoff = Backoff::new(self.options.reconnect);
         let mut suback_pending = false;
         loop {
             let wake = self.next().await;
@@ -570,7 +571,7 @@ impl Task {
                     }
                 }
                 Wake::Event(Ok(event)) => {
-                    if let Some(stop) = self.handle(event, &mut attempt, &mut suback_pending) {
+                    if let Some(stop) = self.handle(event, &mut backoff, &mut suback_pending) {
                         self.stop(stop);
                         break;
                     }
@@ -589,9 +590,8 @@ impl Task {
                         self.stop(error);
                         break;
                     }
-                    let delay = self.options.reconnect.delay(attempt, fastrand::f64());
-                    attempt = attempt.saturating_add(1);
-                    tracing::info!(device = %self.shared.device_id, "connection lost ({e}); reconnecting in {delay:?}");
+                    let (delay, attempt) = backoff.next_delay(Instant::now(), fastrand::f64());
+                    tracing::info!(device = %self.shared.device_id, "connection lost ({e}); reconnecting in {delay:?} (attempt {attempt})");
                     tokio::select! {
                         biased;
                         changed = self.shutdown.changed() => {
@@ -617,13 +617,14 @@ impl Task {
     fn handle(
         &mut self,
         event: Event,
-        attempt: &mut u32,
+        backoff: &mut Backoff,
         suback_pending: &mut bool,
     ) -> Option<Error> {
         match event {
             Event::Incoming(Packet::ConnAck(ack)) => {
-                *attempt = 0;
-                self.connected_at = Some(Instant::now());
+                let now = Instant::now();
+                backoff.connected(now);
+                self.connected_at = Some(now);
                 self.shared
                     .counters
                     .connections

@@ -3313,7 +3313,8 @@ public struct ConnectOptions: Equatable, Hashable {
      */
     public var reconnectInitialDelay: TimeInterval?
     /**
-     * Longest delay between reconnection attempts (default 10 s).
+     * Longest delay between reconnection attempts (default 10 s); also how long a
+     * connection must last for the backoff to start again from the first delay.
      */
     public var reconnectMaxDelay: TimeInterval?
     /**
@@ -3371,7 +3372,8 @@ public struct ConnectOptions: Equatable, Hashable {
          * Delay before the first reconnection attempt (default 100 ms).
          */reconnectInitialDelay: TimeInterval? = nil, 
         /**
-         * Longest delay between reconnection attempts (default 10 s).
+         * Longest delay between reconnection attempts (default 10 s); also how long a
+         * connection must last for the backoff to start again from the first delay.
          */reconnectMaxDelay: TimeInterval? = nil, 
         /**
          * Notifications buffered per observation before it reports a lag (default 1024).

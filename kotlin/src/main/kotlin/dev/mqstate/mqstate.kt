@@ -6277,7 +6277,8 @@ data class ConnectOptions (
     var `reconnectInitialDelay`: java.time.Duration? = null 
     , 
     /**
-     * Longest delay between reconnection attempts (default 10 s).
+     * Longest delay between reconnection attempts (default 10 s); also how long a
+     * connection must last for the backoff to start again from the first delay.
      */
     var `reconnectMaxDelay`: java.time.Duration? = null 
     , 
