@@ -12,7 +12,8 @@ then for each round measures, one after the other:
 - asyncio: 64 asyncio tasks awaiting ``AsyncClient.get`` in a loop (64 in flight) and the
   Rust client with 64 tasks (``depth=64``).
 
-It prints the median of the rounds for each, and Python / Rust as a ratio. With ``--cpu``
+It prints each round's Python / Rust ratios as the round ends, then the median of the rounds
+for each workload and Python / Rust as a ratio. With ``--cpu``
 (Linux) it also prints the CPU time each workload used per request, split into this thread
 (the event loop's, for the asyncio rows), this process's other threads (the library's
 runtime workers, which with ``--in-process`` also run the server and its broker) and the
@@ -183,11 +184,20 @@ def main() -> None:
         }
         results: dict[str, list[float]] = {k: [] for k in workloads}
         cpu: dict[str, list[tuple[float, ...]]] = {k: [] for k in workloads}
-        for _ in range(args.rounds):
+        for i in range(args.rounds):
             for name, (n, run) in workloads.items():
                 results[name].append(
                     measured(run, n, cpu[name] if args.cpu else None, server_pid)
                 )
+            # Each round as it ends, as Node's bench does: the spread of the rounds shows how
+            # much the machine's speed moved during the run.
+            r = {k: v[-1] for k, v in results.items()}
+            print(
+                f"round {i + 1}: blocking {r['py1'] / r['rs1']:.2f}"
+                f" ({r['py1']:,.0f} / {r['rs1']:,.0f} ops/s),"
+                f" asyncio {r['pyN'] / r['rsN']:.2f} ({r['pyN']:,.0f} / {r['rsN']:,.0f} ops/s)",
+                flush=True,
+            )
     finally:
         if server:
             server.stop()

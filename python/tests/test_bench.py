@@ -46,6 +46,9 @@ def test_the_default_runs_the_server_in_a_child_process_and_stops_it() -> None:
     header = re.search(r"\(in child process (\d+)\)", output)
     assert header, output
     assert len(rows(output)) == 2, output
+    # Each round's ratios, printed as the round ends.
+    round_line = r"^round 1: blocking \d+\.\d\d \(.*\), asyncio \d+\.\d\d \("
+    assert re.search(round_line, output, re.M), output
     # Three CPU columns (loop's thread, other threads, the server's process) and their sum.
     cpu_rows = [line for line in output.splitlines() if line.startswith("  Python asyncio")]
     assert len(cpu_rows) == 1 and cpu_rows[0].count("+") == 2, output
