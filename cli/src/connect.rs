@@ -75,6 +75,12 @@ pub struct ConnectArgs {
     /// AIO_BROKER_TCP_PORT, AIO_MQTT_USE_TLS, AIO_TLS_CA_FILE, AIO_SAT_FILE, ...).
     #[arg(long)]
     pub from_env: bool,
+
+    /// Log the client's events to stderr at this level (error, warn, info, debug, trace) or
+    /// with a full tracing filter; at info, each lost connection with the broker's reason and
+    /// the delay before reconnecting. Default: RUST_LOG, else nothing.
+    #[arg(long, value_name = "LEVEL")]
+    pub log: Option<String>,
 }
 
 impl ConnectArgs {
@@ -132,6 +138,7 @@ impl ConnectArgs {
     /// connection is bounded by `--timeout` (at least 1 s): exit code 4 when it is refused,
     /// 5 when nothing answers in time.
     pub async fn connect(&self) -> Result<Client, Failure> {
+        crate::logging::init(self.log.as_deref(), None).map_err(Failure::usage)?;
         let options = self.options(std::env::var(URL_ENV).ok())?;
         let target = format!("{}:{}", options.host, options.port);
         // A margin over the core's own bound, which reports a slow CONNACK itself.

@@ -10,6 +10,7 @@ mod connect;
 mod duration;
 mod exit;
 mod iothub;
+mod logging;
 mod output;
 mod secure;
 mod serve;

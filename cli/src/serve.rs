@@ -9,7 +9,6 @@ use mqstate_server::{
     BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
     parse_broker_url,
 };
-use tracing_subscriber::EnvFilter;
 
 /// The flags of `mqstate serve`.
 #[derive(Debug, Args)]
@@ -75,32 +74,8 @@ pub struct ServeArgs {
     pub security: crate::secure::SecurityArgs,
 }
 
-/// The filter used when neither --log nor RUST_LOG is given.
+/// The level used when neither --log nor RUST_LOG is given.
 const DEFAULT_LOG: &str = "info";
-
-/// A bare level applies to mqstate; the embedded broker's own logs (one line per client
-/// connection at info) stay at warn unless a full filter asks for them.
-fn log_filter(spec: &str) -> String {
-    if spec.contains('=') || spec.contains(',') {
-        spec.to_owned()
-    } else {
-        format!("{spec},mqtt5=warn")
-    }
-}
-
-pub fn init_logging(filter: Option<&str>) -> Result<(), String> {
-    let filter = match filter {
-        Some(f) => EnvFilter::try_new(log_filter(f)).map_err(|e| format!("--log {f:?}: {e}"))?,
-        None => EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new(log_filter(DEFAULT_LOG))),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    Ok(())
-}
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
     let mut config = ServerConfig::default()
@@ -169,7 +144,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// Runs `mqstate serve` to the end: logging, a runtime, the server until Ctrl-C.
 pub fn run(args: ServeArgs) -> Result<(), String> {
-    init_logging(args.log.as_deref())?;
+    crate::logging::init(args.log.as_deref(), Some(DEFAULT_LOG))?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -253,6 +253,29 @@ pub(crate) struct RumqttcEvents {
     eventloop: EventLoop,
 }
 
+/// A failed poll in words. A DISCONNECT from the broker is named by its reason code (and
+/// string), and a session takeover also says what causes it: another client connecting with
+/// the same client id, which otherwise looks like a bare "connection lost".
+fn describe(e: &rumqttc::v5::ConnectionError) -> String {
+    use rumqttc::v5::StateError;
+    use rumqttc::v5::mqttbytes::v5::DisconnectReasonCode;
+    let rumqttc::v5::ConnectionError::MqttState(StateError::ServerDisconnect {
+        reason_code,
+        reason_string,
+    }) = e
+    else {
+        return e.to_string();
+    };
+    let mut message = format!("the broker closed the connection: {reason_code:?}");
+    if let Some(reason) = reason_string {
+        message.push_str(&format!(" ({reason})"));
+    }
+    if *reason_code == DisconnectReasonCode::SessionTakenOver {
+        message.push_str(", another client connected with the same client id");
+    }
+    message
+}
+
 impl std::fmt::Debug for RumqttcEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RumqttcEvents").finish_non_exhaustive()
@@ -264,7 +287,7 @@ impl EventSource for RumqttcEvents {
         let event = self.eventloop.poll().await.map_err(|e| PollError {
             timed_out: matches!(e, rumqttc::v5::ConnectionError::Timeout(_))
                 || matches!(&e, rumqttc::v5::ConnectionError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut),
-            message: e.to_string(),
+            message: describe(&e),
         })?;
         Ok(match event {
             Event::Incoming(Packet::ConnAck(ack)) => TransportEvent::Connected {
@@ -372,6 +395,29 @@ mod tests {
         assert_eq!(expiry_secs(Duration::from_millis(1001)), 2);
         assert_eq!(expiry_secs(Duration::from_secs(10)), 10);
         assert_eq!(expiry_secs(Duration::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn a_disconnect_from_the_broker_is_described_by_its_reason() {
+        use rumqttc::v5::mqttbytes::v5::DisconnectReasonCode;
+        use rumqttc::v5::{ConnectionError, StateError};
+        let disconnect = |reason_code, reason_string: Option<&str>| {
+            describe(&ConnectionError::MqttState(StateError::ServerDisconnect {
+                reason_code,
+                reason_string: reason_string.map(str::to_owned),
+            }))
+        };
+        assert_eq!(
+            disconnect(DisconnectReasonCode::SessionTakenOver, None),
+            "the broker closed the connection: SessionTakenOver, another client connected with the same client id"
+        );
+        assert_eq!(
+            disconnect(DisconnectReasonCode::QuotaExceeded, Some("too many")),
+            "the broker closed the connection: QuotaExceeded (too many)"
+        );
+        // Other errors keep rumqttc's words.
+        let abrupt = ConnectionError::MqttState(StateError::ConnectionAborted);
+        assert_eq!(describe(&abrupt), abrupt.to_string());
     }
 
     #[test]
