@@ -52,11 +52,13 @@ impl Store {
         })
     }
 
-    /// `mqstate ARGS... --url URL` as an assert_cmd command.
+    /// `mqstate ARGS... --url URL` as an assert_cmd command (with no RUST_LOG, which would
+    /// add log lines to stderr).
     fn cmd(&self, args: &[&str]) -> assert_cmd::Command {
         let mut cmd = cargo_bin_cmd!("mqstate");
         cmd.args(args)
             .env("MQSTATE_URL", &self.url)
+            .env_remove("RUST_LOG")
             .timeout(PATIENCE);
         cmd
     }
@@ -66,6 +68,7 @@ impl Store {
         Command::new(cargo_bin!("mqstate"))
             .args(args)
             .env("MQSTATE_URL", &self.url)
+            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -145,6 +148,21 @@ fn wait_line(
             Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the output ended"),
         }
     }
+}
+
+/// Makes changes with `change(1)`, `change(2)`, ... until the watch whose output is `rx`
+/// prints a line that `want` accepts, and returns that line: a watch does not see the changes
+/// made before it registered its keys, so a single change could be missed.
+fn change_until_seen(
+    rx: &mpsc::Receiver<String>,
+    want: impl FnMut(&str) -> bool,
+    mut change: impl FnMut(u32),
+) -> String {
+    let mut n = 0;
+    wait_line(rx, want, || {
+        n += 1;
+        change(n);
+    })
 }
 
 /// A failure is one line on stderr, `mqstate: ...`, never a panic or a Debug dump.
@@ -301,16 +319,12 @@ fn watch_scenario(backend: Backend) {
 
     // Changes made by another client; the first ones may come before the watch is
     // registered, so keep changing until one is seen.
-    let mut n = 0;
-    let first = wait_line(
+    let first = change_until_seen(
         &rx,
         |l| l.contains("\"door\""),
-        || {
-            n += 1;
-            store
-                .cmd(&["set", "door", &format!("open-{n}")])
-                .assert()
-                .success();
+        |n| {
+            let value = format!("open-{n}");
+            store.cmd(&["set", "door", &value]).assert().success();
         },
     );
     let json: serde_json::Value = serde_json::from_str(&first).unwrap();
@@ -360,40 +374,20 @@ fn watch_scenario(backend: Backend) {
 #[test]
 fn watch_with_log_info_logs_each_lost_connection_and_the_delay() {
     let store = Store::start("watch_log");
-    let mut first = Command::new(cargo_bin!("mqstate"));
-    first
-        .args(["watch", "--log", "info", "--client-id", "twin", "door"])
-        .env("MQSTATE_URL", &store.url)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut first = Reaper(first.spawn().unwrap());
+    let mut first = Reaper(store.spawn(&["watch", "--log", "info", "--client-id", "twin", "door"]));
     let first_out = lines(first.0.stdout.take().unwrap());
     let first_err = lines(first.0.stderr.take().unwrap());
     // The first watch is connected once it prints a change (before that, the second one
     // would take over a session still connecting, and the first would fail to start).
-    let mut n = 0;
-    wait_line(
+    change_until_seen(
         &first_out,
         |l| l.contains(" door SET "),
-        || {
-            n += 1;
-            store
-                .cmd(&["set", "door", &format!("open-{n}")])
-                .assert()
-                .success();
+        |n| {
+            let value = format!("open-{n}");
+            store.cmd(&["set", "door", &value]).assert().success();
         },
     );
-    let mut second = Command::new(cargo_bin!("mqstate"));
-    second
-        .args(["watch", "--client-id", "twin", "door"])
-        .env("MQSTATE_URL", &store.url)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut second = Reaper(second.spawn().unwrap());
+    let mut second = Reaper(store.spawn(&["watch", "--client-id", "twin", "door"]));
     let lost = wait_line(&first_err, |l| l.contains("connection lost ("), || {});
     assert!(lost.contains(" INFO "), "{lost}");
     assert!(lost.contains("reconnecting in"), "{lost}");
@@ -462,15 +456,12 @@ fn watch_keeps_going_across_a_broker_restart() {
             .unwrap(),
     );
     let rx = lines(watch.0.stdout.take().unwrap());
-    let mut n = 0;
-    wait_line(
+    change_until_seen(
         &rx,
         |l| l.contains(" door SET before-"),
-        || {
-            n += 1;
-            mqstate(&["set", "door", &format!("before-{n}")])
-                .assert()
-                .success();
+        |n| {
+            let value = format!("before-{n}");
+            mqstate(&["set", "door", &value]).assert().success();
         },
     );
 
@@ -480,13 +471,11 @@ fn watch_keeps_going_across_a_broker_restart() {
     // DELETE synthesized from the catch-up GET), then sees changes made after the restart.
     let gone = wait_line(&rx, |l| l.contains(" door DELETE"), || {});
     assert!(gone.ends_with("(synthesized after a reconnect)"), "{gone}");
-    let mut m = 0;
-    wait_line(
+    change_until_seen(
         &rx,
         |l| l.contains(" door SET after-"),
-        || {
-            m += 1;
-            let _ = mqstate(&["set", "door", &format!("after-{m}")]).output();
+        |n| {
+            let _ = mqstate(&["set", "door", &format!("after-{n}")]).output();
         },
     );
     assert!(
