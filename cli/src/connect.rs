@@ -77,8 +77,8 @@ pub struct ConnectArgs {
     pub from_env: bool,
 
     /// Log the client's events to stderr at this level (error, warn, info, debug, trace) or
-    /// with a full tracing filter; at info, each lost connection with the broker's reason and
-    /// the delay before reconnecting. Default: RUST_LOG, else nothing.
+    /// with a full tracing filter; at info, each lost connection, its cause and the delay
+    /// before reconnecting. Default: RUST_LOG, else nothing.
     #[arg(long, value_name = "LEVEL")]
     pub log: Option<String>,
 }
