@@ -367,10 +367,10 @@ fn watch_scenario(backend: Backend) {
 
 /// `--log info` logs each lost connection with its cause and the delay before the next
 /// attempt: here a second `watch` given the same client id takes the session over. (The
-/// embedded broker closes the older connection without a DISCONNECT that reaches the client,
-/// so the cause is the closed socket; a broker that sends one is named by its reason code,
-/// see the core's `describe`.) Without `--log` (and no RUST_LOG), the second watch prints only
-/// the usual one-line notices.
+/// embedded broker's DISCONNECT 0x8E has no property length, which rumqttc 0.25 cannot read,
+/// so the cause logged is the closed socket; a DISCONNECT rumqttc reads is named by its
+/// reason code, see the core's `describe`.) Without `--log` (and no RUST_LOG), the second
+/// watch prints only the usual one-line notices.
 #[test]
 fn watch_with_log_info_logs_each_lost_connection_and_the_delay() {
     let store = Store::start("watch_log");
