@@ -63,8 +63,8 @@ pub use protocol::{hlc, instance, resp3, topics};
 
 #[cfg(feature = "client")]
 pub use client::{
-    Client, ConnectionState, KeyNotification, KeyObservation, SetOptions, SetOutcome, VdelOutcome,
-    Versioned,
+    Client, ConnectionState, KeyNotification, KeyObservation, Scan, ScanKeys, SetOptions,
+    SetOutcome, VdelOutcome, Versioned,
 };
 pub use error::{Error, ErrorKind, ServiceError};
 pub use hlc::{Hlc, HlcClock};

@@ -14,10 +14,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_core::Stream as _;
 use mqstate::lock::{LeaderElection, Lease, LeaseEvents, Lock, LockGuard};
 use mqstate::{
-    Client, ConnectOptions, Error, ErrorKind, Hlc, KeyObservation, NotifyOperation, SetOptions,
-    VdelOutcome,
+    Client, ConnectOptions, Error, ErrorKind, Hlc, KeyObservation, NotifyOperation, Scan,
+    SetOptions, VdelOutcome,
 };
 use mqstate_server::testing::{Backend, TestStore};
 use serde_json::{Map, Value, json};
@@ -79,6 +80,11 @@ const STEPS: &[(&str, &[&str])] = &[
     ),
     ("leader", &["election"]),
     ("resign", &["election"]),
+    ("fill", &["prefix", "count", "start", "delete"]),
+    ("scan", &["pattern"]),
+    ("scan_open", &["scan", "pattern"]),
+    ("scan_page", &["scan"]),
+    ("scan_rest", &["scan", "must_include"]),
 ];
 
 /// Fields whose values are byte strings (compared as bytes, whatever their JSON spelling).
@@ -125,6 +131,8 @@ struct Run {
     lease_events: HashMap<String, LeaseEvents>,
     locks: HashMap<String, (Lock, Option<LockGuard>)>,
     elections: HashMap<String, LeaderElection>,
+    /// Open scans and the keys their pages listed so far.
+    scans: HashMap<String, (Scan, Vec<Bytes>)>,
 }
 
 type Outcome = Result<Map<String, Value>, Error>;
@@ -153,6 +161,19 @@ impl Run {
         let mut k = self.prefix.as_bytes().to_vec();
         k.extend_from_slice(&raw);
         Bytes::from(k)
+    }
+
+    /// Listed keys as the scan steps give them: without the run's prefix, sorted by bytes.
+    fn listed(&self, keys: &[Bytes]) -> Value {
+        let mut keys: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| {
+                k.strip_prefix(self.prefix.as_bytes())
+                    .unwrap_or_else(|| panic!("{k:?} lacks the run's prefix"))
+            })
+            .collect();
+        keys.sort();
+        Value::Array(keys.into_iter().map(canonical).collect())
     }
 
     fn client(&self, step: &Value) -> &Client {
@@ -460,6 +481,76 @@ impl Run {
                 let resigned = self.elections[&str_of("election")].resign().await?;
                 out.insert("resigned".into(), json!(resigned));
             }
+            "fill" => {
+                let client = self.client(step).clone();
+                let prefix = self.key(step, "prefix");
+                let start = step.get("start").map_or(0, |v| v.as_u64().unwrap());
+                let delete = step["delete"] == json!(true);
+                for i in start..start + u64_of("count") {
+                    let mut key = prefix.to_vec();
+                    key.extend_from_slice(format!("{i:04}").as_bytes());
+                    if delete {
+                        assert_eq!(client.del(key, None).await?, 1, "fill: DEL #{i}");
+                    } else {
+                        let outcome = client.set(key, "v", SetOptions::default()).await?;
+                        assert!(outcome.applied, "fill: SET #{i} not applied");
+                    }
+                }
+            }
+            "scan" => {
+                let mut keys = self
+                    .client(step)
+                    .scan(self.key(step, "pattern"))?
+                    .into_keys();
+                let mut listed = Vec::new();
+                while let Some(key) =
+                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut keys).poll_next(cx)).await
+                {
+                    listed.push(key?);
+                }
+                out.insert("count".into(), json!(listed.len()));
+                out.insert("keys".into(), self.listed(&listed));
+            }
+            "scan_open" => {
+                let scan = self.client(step).scan(self.key(step, "pattern"))?;
+                self.scans.insert(str_of("scan"), (scan, Vec::new()));
+            }
+            "scan_page" => {
+                let name = str_of("scan");
+                let (scan, listed) = self
+                    .scans
+                    .get_mut(&name)
+                    .unwrap_or_else(|| panic!("no scan {name:?}"));
+                let page = scan.next_page().await?;
+                listed.extend(page.unwrap_or_default());
+                out.insert("done".into(), json!(scan.is_done()));
+            }
+            "scan_rest" => {
+                let name = str_of("scan");
+                let (mut scan, mut listed) = self
+                    .scans
+                    .remove(&name)
+                    .unwrap_or_else(|| panic!("no scan {name:?}"));
+                while let Some(page) = scan.next_page().await? {
+                    listed.extend(page);
+                }
+                let seen: std::collections::HashSet<&[u8]> =
+                    listed.iter().map(|k| &k[..]).collect();
+                let mut missing: Vec<Bytes> = step["must_include"]
+                    .as_array()
+                    .expect("must_include: a list of keys")
+                    .iter()
+                    .map(|k| {
+                        let mut key = self.prefix.as_bytes().to_vec();
+                        key.extend_from_slice(&bytes_of(k));
+                        Bytes::from(key)
+                    })
+                    .filter(|k| !seen.contains(&k[..]))
+                    .collect();
+                missing.sort();
+                out.insert("missing".into(), self.listed(&missing));
+                out.insert("count".into(), json!(listed.len()));
+            }
             other => panic!("unknown step type {other:?}"),
         }
         Ok(out)
@@ -590,6 +681,7 @@ async fn shared_behaviour_scenarios() {
             lease_events: HashMap::new(),
             locks: HashMap::new(),
             elections: HashMap::new(),
+            scans: HashMap::new(),
         };
         for (i, step) in list.iter().enumerate() {
             let op = validate(&file, i + 1, step);

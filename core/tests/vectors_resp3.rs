@@ -48,6 +48,12 @@ fn condition_of(v: &Value) -> SetCondition {
 }
 
 fn request_of(v: &Value) -> Request {
+    if v["command"] == "SCAN" {
+        return Request::Scan {
+            pattern: bytes_of(v, "pattern").unwrap(),
+            token: bytes_of(v, "token"),
+        };
+    }
     let key = bytes_of(v, "key").unwrap();
     let value = || bytes_of(v, "value").unwrap();
     match v["command"].as_str().unwrap() {
@@ -137,8 +143,34 @@ fn decode_as(command: &str, payload: &Bytes) -> Result<Value, Error> {
                 KeyNotifyReply::NotObserved => "not_observed".into(),
             }
         }
+        "SCAN" => {
+            let page = resp3::decode_scan_reply(payload)?;
+            let mut result = serde_json::Map::new();
+            let text = |b: &Bytes| b.is_ascii() && !b.contains(&0) && !b.contains(&b'\r');
+            if page.keys.iter().all(text) {
+                let keys: Vec<Value> = page.keys.iter().map(|k| ascii(k).into()).collect();
+                result.insert("keys".into(), keys.into());
+            } else {
+                let keys: Vec<Value> = page.keys.iter().map(|k| upper_hex(k).into()).collect();
+                result.insert("keys_hex".into(), keys.into());
+            }
+            match &page.token {
+                None => result.insert("token".into(), Value::Null),
+                Some(t) if text(t) => result.insert("token".into(), ascii(t).into()),
+                Some(t) => result.insert("token_hex".into(), upper_hex(t).into()),
+            };
+            Value::Object(result)
+        }
         other => panic!("unknown command {other}"),
     })
+}
+
+fn ascii(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn upper_hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02X}")).collect()
 }
 
 #[test]
@@ -186,6 +218,22 @@ fn server_reply_encodings_are_exact() {
             "integer" => Reply::Integer(r["value"].as_i64().unwrap()),
             "nil" => Reply::Nil,
             "bulk" => Reply::Bulk(bytes_of(r, "value").unwrap()),
+            "scan" => {
+                let page = resp3::ScanPage {
+                    keys: r["keys"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|k| Bytes::copy_from_slice(k.as_str().unwrap().as_bytes()))
+                        .collect(),
+                    token: bytes_of(r, "token"),
+                };
+                let mut buf = BytesMut::new();
+                page.encode(&mut buf);
+                assert_eq!(buf.len(), page.encoded_len(), "{case}");
+                assert_eq!(buf.freeze(), bytes_of(case, "bytes").unwrap(), "{case}");
+                continue;
+            }
             "error" => {
                 let kind = r["service"].as_str().unwrap();
                 let e = ServiceError::KNOWN

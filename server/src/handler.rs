@@ -45,7 +45,7 @@ use mqstate::topics::{self, MAX_TOPIC_LEN};
 use mqstate::{Hlc, HlcClock, ServiceError};
 
 use crate::registrations::Registrations;
-use crate::store::{SetArgs, SetOutcome, Store, StoreError};
+use crate::store::{ScanLimits, SetArgs, SetOutcome, Store, StoreError};
 
 /// The node id of the versions this server produces (as the real service's).
 pub const DEFAULT_NODE_ID: &str = "StateStore";
@@ -73,6 +73,9 @@ pub struct HandlerConfig {
     pub complete_connection_events: bool,
     /// The dashboard's hook: told of every change, connection and request (`None`: off).
     pub monitor: Option<crate::dashboard::Monitor>,
+    /// The bounds of one `SCAN` page ([`crate::scan::limits_for_packet`] of the broker's
+    /// maximum packet size).
+    pub scan_limits: ScanLimits,
 }
 
 impl Default for HandlerConfig {
@@ -84,6 +87,7 @@ impl Default for HandlerConfig {
             wall_clock: None,
             complete_connection_events: false,
             monitor: None,
+            scan_limits: ScanLimits::default(),
         }
     }
 }
@@ -159,6 +163,7 @@ pub struct Handler {
     clock: HlcClock,
     complete_connection_events: bool,
     monitor: Option<crate::dashboard::Monitor>,
+    scan_limits: ScanLimits,
 }
 
 impl Handler {
@@ -175,6 +180,7 @@ impl Handler {
             clock,
             complete_connection_events: config.complete_connection_events,
             monitor: config.monitor,
+            scan_limits: config.scan_limits,
         }
     }
 
@@ -402,6 +408,21 @@ impl Handler {
                     &Reply::Integer(outcome.reply_value()),
                     Some(clock),
                 ))
+            }
+            Request::Scan { pattern, token } => {
+                let page = crate::scan::page(
+                    &self.store,
+                    &pattern,
+                    token.as_deref(),
+                    self.scan_limits,
+                    now,
+                )?;
+                let mut buf = BytesMut::with_capacity(page.encoded_len());
+                page.encode(&mut buf);
+                Ok(Answer {
+                    payload: buf.freeze(),
+                    timestamp: None,
+                })
             }
             Request::KeyNotify { key, stop } => {
                 let Some(client_id) = ctx.client_id.filter(|id| !id.is_empty()) else {

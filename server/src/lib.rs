@@ -12,6 +12,7 @@
 //! - [`store`]: keys, versions, fencing tokens, expiry deadlines, quota (synchronous).
 //! - [`registrations`]: KEYNOTIFY registrations and connection counting.
 //! - [`dedup`]: the duplicate-request cache.
+//! - [`scan`]: `SCAN` pages and their continuation tokens.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
 //! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
@@ -49,6 +50,7 @@ mod local_server;
 pub mod mosquitto_log;
 pub mod persist;
 pub mod registrations;
+pub mod scan;
 pub mod security;
 pub mod service;
 pub mod store;

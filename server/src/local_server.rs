@@ -343,6 +343,9 @@ impl LocalServer {
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
             monitor: config.dashboard.map(|_| crate::dashboard::Monitor::new()),
+            scan_limits: crate::scan::limits_for_packet(
+                usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
+            ),
         };
         let monitor = handler.monitor.clone();
         let mut service_config = ServiceConfig::new(String::new(), 0);

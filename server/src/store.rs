@@ -29,12 +29,14 @@
 //! assert!(store.get(b"k").is_none());
 //! ```
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasher, RandomState};
+use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hashbrown::HashTable;
+use mqstate::protocol::glob::Pattern;
 use mqstate::resp3::SetCondition;
 use mqstate::{Hlc, ServiceError};
 
@@ -85,6 +87,40 @@ impl StoreError {
             StoreError::KeyTooLong => ServiceError::Unknown(self.to_string()),
         }
     }
+}
+
+/// The bounds of one [`Store::scan`] step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanLimits {
+    /// The most keys a step returns.
+    pub max_keys: usize,
+    /// The most key bytes a step returns (a step returns at least one key, however long,
+    /// when one is left).
+    pub max_bytes: usize,
+    /// The most keys a step examines, matching or not: a pattern that matches few keys
+    /// gives short (even empty) steps instead of one long one.
+    pub max_examined: usize,
+}
+
+impl Default for ScanLimits {
+    /// 500 keys, 256 KiB of keys, 5,000 keys examined.
+    fn default() -> Self {
+        ScanLimits {
+            max_keys: 500,
+            max_bytes: 256 * 1024,
+            max_examined: 5_000,
+        }
+    }
+}
+
+/// What one [`Store::scan`] step found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanStep {
+    /// The matching keys, in byte order.
+    pub keys: Vec<Bytes>,
+    /// The last key the step examined, where the next step starts; `None` when the scan is
+    /// over.
+    pub resume_after: Option<Bytes>,
 }
 
 /// What a SET did.
@@ -223,7 +259,7 @@ struct Extra {
 /// `u32::MAX` in [`Slot::node`]: the node id is in the [`Extra`].
 const NODE_IN_EXTRA: u32 = u32::MAX;
 
-/// One key in the table: 56 bytes plus one heap block holding the key and the value
+/// One key in the set: 56 bytes plus one heap block holding the key and the value
 /// together, copied out of the request (see docs/architecture.md, "Memory per key").
 #[derive(Debug)]
 struct Slot {
@@ -237,6 +273,34 @@ struct Slot {
     /// The version's node id, an index into [`NodeIds`] (or [`NODE_IN_EXTRA`]).
     node: u32,
     persist: bool,
+}
+
+// A slot is ordered, compared and looked up by its key alone, so that the ordered set of
+// slots is a map from keys (and `SCAN` can walk it in key order from any position).
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Slot {}
+
+impl PartialOrd for Slot {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Slot {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(other.key())
+    }
+}
+
+impl Borrow<[u8]> for Slot {
+    fn borrow(&self) -> &[u8] {
+        self.key()
+    }
 }
 
 impl Slot {
@@ -260,15 +324,17 @@ impl Slot {
 /// The keys, their deadlines and the quota.
 ///
 /// Memory layout (measured by `cargo bench -p mqstate-server --bench memory` and
-/// `mqstate bench --memory`): keys live in a [`HashTable`] of `Slot`s, each holding its
-/// key and value in one exact-size heap block copied out of the request, so a stored key
-/// never keeps the received MQTT packet alive; versions name their node id by index; the
-/// rare deadline and fencing token sit behind one pointer. [`Store::get`] builds an
-/// [`Entry`] snapshot from this.
+/// `mqstate bench --memory`): keys live in a B-tree set of `Slot`s ordered by key, each
+/// holding its key and value in one exact-size heap block copied out of the request, so a
+/// stored key never keeps the received MQTT packet alive; versions name their node id by
+/// index; the rare deadline and fencing token sit behind one pointer. [`Store::get`] builds
+/// an [`Entry`] snapshot from this. The order is what `SCAN` needs: a page starts after the
+/// last key of the previous one, at a cost that does not depend on the store's size (see
+/// [`Store::scan`]); a B-tree of 56-byte slots costs about what the hash table it replaced
+/// did (docs/architecture.md, "Memory per key").
 #[derive(Debug, Default)]
 pub struct Store {
-    table: HashTable<Slot>,
-    hasher: RandomState,
+    table: BTreeSet<Slot>,
     nodes: NodeIds,
     /// Every key with a deadline, ordered by deadline (then key, to keep pairs unique).
     deadlines: BTreeSet<(Instant, Box<[u8]>)>,
@@ -371,10 +437,6 @@ impl Store {
         }
     }
 
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
-    }
-
     /// Builds a slot: one heap block for key and value, the version's node id interned.
     fn slot(
         &mut self,
@@ -424,7 +486,7 @@ impl Store {
     }
 
     fn find(&self, key: &[u8]) -> Option<&Slot> {
-        self.table.find(self.hash(key), |s| s.key() == key)
+        self.table.get(key)
     }
 
     /// Inserts a slot whose key is not in the table.
@@ -432,10 +494,7 @@ impl Store {
         if let Some(at) = slot.expires_at() {
             self.deadlines.insert((at, Box::from(slot.key())));
         }
-        let hasher = &self.hasher;
-        let hash = hasher.hash_one(slot.key());
-        self.table
-            .insert_unique(hash, slot, |s| hasher.hash_one(s.key()));
+        self.table.insert(slot);
     }
 
     /// How many keys the store holds (including expired keys not yet removed).
@@ -458,6 +517,80 @@ impl Store {
         self.table
             .iter()
             .map(|s| (Bytes::copy_from_slice(s.key()), self.entry(s)))
+    }
+
+    /// One step of a scan: the keys matching `pattern` after `after` (from the first key when
+    /// `None`), in byte order, within `limits`; and where the next step starts, unless no
+    /// key is left. Expired keys (deadline at or before `now`) are passed over even if
+    /// [`Store::expire_due`] has not removed them yet.
+    ///
+    /// It walks the ordered keys from the later of `after` and the pattern's literal prefix,
+    /// and stops at the end of that prefix, so a step costs the keys it examines (at most
+    /// `limits.max_examined`) plus a logarithmic seek, wherever the scan is in the store.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use bytes::Bytes;
+    /// use mqstate::Hlc;
+    /// use mqstate::protocol::glob::Pattern;
+    /// use mqstate_server::store::{ScanLimits, SetArgs, Store};
+    ///
+    /// let (mut store, now) = (Store::new(None), Instant::now());
+    /// for key in ["a/1", "a/2", "b/1"] {
+    ///     let args = SetArgs::new(Bytes::from(key), Bytes::from_static(b"v"));
+    ///     store.set(args, Hlc::new(1, 0, "StateStore"), now).unwrap();
+    /// }
+    /// let limits = ScanLimits { max_keys: 1, ..ScanLimits::default() };
+    /// let pattern = Pattern::parse(b"a/*").unwrap();
+    /// let first = store.scan(&pattern, None, limits, now);
+    /// assert_eq!(first.keys, vec![Bytes::from("a/1")]);
+    /// let second = store.scan(&pattern, first.resume_after.as_deref(), limits, now);
+    /// assert_eq!(second.keys, vec![Bytes::from("a/2")]);
+    /// assert_eq!(second.resume_after, None);
+    /// ```
+    pub fn scan(
+        &self,
+        pattern: &Pattern,
+        after: Option<&[u8]>,
+        limits: ScanLimits,
+        now: Instant,
+    ) -> ScanStep {
+        let prefix = pattern.literal_prefix();
+        let start = match after {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
+        let mut slots = self
+            .table
+            .range::<[u8], _>((start, Bound::Unbounded))
+            .take_while(|slot| slot.key().starts_with(prefix))
+            .peekable();
+        let (mut keys, mut bytes, mut examined) = (Vec::new(), 0usize, 0usize);
+        let mut last: Option<&[u8]> = None;
+        while let Some(slot) = slots.peek() {
+            let key = slot.key();
+            let full = keys.len() >= limits.max_keys.max(1)
+                || examined >= limits.max_examined.max(1)
+                || (!keys.is_empty() && bytes + key.len() > limits.max_bytes);
+            if full {
+                return ScanStep {
+                    keys,
+                    resume_after: last.map(Bytes::copy_from_slice),
+                };
+            }
+            examined += 1;
+            let live = slot.expires_at().is_none_or(|at| at > now);
+            if live && pattern.matches(key) {
+                bytes += key.len();
+                keys.push(Bytes::copy_from_slice(key));
+            }
+            last = Some(key);
+            slots.next();
+        }
+        ScanStep {
+            keys,
+            resume_after: None,
+        }
     }
 
     /// A snapshot of the stored entry of a key. Call [`Store::expire_due`] first so that an
@@ -560,10 +693,7 @@ impl Store {
                         self.deadlines.insert((at, Box::from(&key[..])));
                     }
                 }
-                let hash = self.hash(&key);
-                if let Some(stored) = self.table.find_mut(hash, |s| s.key() == &key[..]) {
-                    *stored = slot;
-                }
+                self.table.replace(slot);
             }
             None => self.insert_new(slot),
         }
@@ -601,12 +731,7 @@ impl Store {
     }
 
     fn remove(&mut self, key: &[u8]) -> Option<Slot> {
-        let hash = self.hash(key);
-        let (slot, _) = self
-            .table
-            .find_entry(hash, |s| s.key() == key)
-            .ok()?
-            .remove();
+        let slot = self.table.take(key)?;
         if let Some(at) = slot.expires_at() {
             self.deadlines.remove(&(at, Box::from(key)));
         }

@@ -21,6 +21,7 @@
 //! # Ok::<(), mqstate::Error>(())
 //! ```
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -311,6 +312,25 @@ impl Client {
             .run(async move { client.vdel(key, value, token.as_ref()).await })
     }
 
+    /// Lists the keys that match a glob pattern (see [`crate::Client::scan`]): a [`Scan`],
+    /// read a page at a time or as an iterator of keys.
+    ///
+    /// ```no_run
+    /// # let client = mqstate::blocking::Client::connect(mqstate::ConnectOptions::default())?;
+    /// for key in client.scan("line3/*")? {
+    ///     println!("{:?}", key?);
+    /// }
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    pub fn scan(&self, pattern: impl AsRef<[u8]>) -> Result<Scan, Error> {
+        Ok(Scan {
+            inner: self.client.scan(pattern)?,
+            owner: self.owner.clone(),
+            buffered: VecDeque::new(),
+            failed: false,
+        })
+    }
+
     /// Observes a key (see [`crate::Client::observe`]); read the changes with
     /// [`KeyObservation::recv_timeout`] or as an iterator.
     ///
@@ -447,5 +467,96 @@ impl Iterator for KeyObservation {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.recv()
+    }
+}
+
+/// A blocking listing of keys ([`Client::scan`]): [`Scan::next_page`] for pages, or an
+/// [`Iterator`] of keys that asks for each page when the keys of the one before have been
+/// read, and ends after the last page or after yielding the first error.
+///
+/// ```no_run
+/// # let client = mqstate::blocking::Client::connect(mqstate::ConnectOptions::default())?;
+/// let mut scan = client.scan("*")?;
+/// while let Some(keys) = scan.next_page()? {
+///     println!("{} keys", keys.len());
+/// }
+/// # Ok::<(), mqstate::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Scan {
+    inner: crate::Scan,
+    /// Keeps the runtime (and so the connection) alive while the scan lives.
+    owner: Arc<Owner>,
+    /// Keys of the current page not yet returned by the iterator.
+    buffered: VecDeque<Bytes>,
+    /// The iterator has yielded an error: it has ended.
+    failed: bool,
+}
+
+impl Scan {
+    /// The pattern being listed.
+    pub fn pattern(&self) -> &Bytes {
+        self.inner.pattern()
+    }
+
+    /// Whether the last page has been received.
+    pub fn is_done(&self) -> bool {
+        self.inner.is_done()
+    }
+
+    /// The next page's keys, or `None` after the last page (see
+    /// [`crate::Scan::next_page`]). After an error, calling again asks for the same page.
+    ///
+    /// ```no_run
+    /// # let client = mqstate::blocking::Client::connect(mqstate::ConnectOptions::default())?;
+    /// let first = client.scan("k*")?.next_page()?;
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    pub fn next_page(&mut self) -> Result<Option<Vec<Bytes>>, Error> {
+        let Some((client, pattern, token)) = self.inner.next_request() else {
+            return Ok(None);
+        };
+        let page = self
+            .owner
+            .run(crate::client::scan::fetch(client, pattern, token))?;
+        Ok(Some(self.inner.advance(page)))
+    }
+
+    /// Every key of the listing, reading every page.
+    ///
+    /// ```no_run
+    /// # let client = mqstate::blocking::Client::connect(mqstate::ConnectOptions::default())?;
+    /// let keys = client.scan("config/*")?.collect_keys()?;
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    pub fn collect_keys(mut self) -> Result<Vec<Bytes>, Error> {
+        let mut keys: Vec<Bytes> = self.buffered.drain(..).collect();
+        while let Some(page) = self.next_page()? {
+            keys.extend(page);
+        }
+        Ok(keys)
+    }
+}
+
+impl Iterator for Scan {
+    type Item = Result<Bytes, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(key) = self.buffered.pop_front() {
+                return Some(Ok(key));
+            }
+            if self.failed {
+                return None;
+            }
+            match self.next_page() {
+                Ok(Some(keys)) => self.buffered.extend(keys),
+                Ok(None) => return None,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! The async [`Client`]: get, set, del, vdel, observe, unobserve, close.
+//! The async [`Client`]: get, set, del, vdel, scan, observe, unobserve, close.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -31,12 +31,14 @@ pub(crate) mod observe;
 pub mod options;
 pub(crate) mod registry;
 pub(crate) mod rpc;
+pub(crate) mod scan;
 mod tls;
 pub(crate) mod transport;
 pub(crate) mod values;
 
 pub use observe::KeyObservation;
 pub use registry::KeyNotification;
+pub use scan::{Scan, ScanKeys};
 pub use values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
 
 use connection::Session;
@@ -337,6 +339,27 @@ impl Client {
             .shared
             .vdel(key.as_ref(), value.as_ref(), fencing_token, self.timeout)
             .await
+    }
+
+    /// Lists the keys that match a glob pattern (`SCAN`): a [`Scan`] that asks for one page
+    /// per request ([`Scan::next_page`]), or a stream of keys ([`Scan::into_keys`]). Nothing
+    /// is sent until the first page is asked for; each page uses this handle's timeout.
+    ///
+    /// The pattern is a glob over bytes: `*` any run of bytes, `?` one byte, `[a-z]` /
+    /// `[^a-z]` classes, `\` to make the next byte literal (docs/protocol.md, "Listing keys:
+    /// SCAN"). An empty pattern is an [`Error::InvalidArgument`], before anything is sent;
+    /// the server answers a malformed one with a service error.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: mqstate::Client) -> Result<(), mqstate::Error> {
+    /// let mut scan = client.scan("line3/*")?;
+    /// while let Some(keys) = scan.next_page().await? {
+    ///     println!("{} keys", keys.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn scan(&self, pattern: impl AsRef<[u8]>) -> Result<Scan, Error> {
+        Scan::new(self.clone(), pattern.as_ref())
     }
 
     /// Observes a key: a stream of its changes from now on (see [`KeyObservation`]). Any

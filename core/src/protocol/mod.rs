@@ -10,6 +10,7 @@
 //! ```
 
 pub mod errors;
+pub mod glob;
 pub mod hlc;
 pub mod instance;
 pub mod resp3;

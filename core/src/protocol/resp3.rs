@@ -190,6 +190,24 @@ pub fn encode_keynotify(buf: &mut BytesMut, key: &[u8], stop: bool) {
     }
 }
 
+/// `SCAN pattern` (the first page) or `SCAN pattern token` (the next ones), as the official
+/// SDK sends it (docs/protocol.md, "Listing keys: SCAN"). The token is the opaque bytes the
+/// previous page's reply carried.
+///
+/// ```
+/// # use bytes::BytesMut;
+/// # use mqstate::resp3::encode_scan;
+/// let mut buf = BytesMut::new();
+/// encode_scan(&mut buf, b"key*", None);
+/// assert_eq!(&buf[..], b"*2\r\n$4\r\nSCAN\r\n$4\r\nkey*\r\n");
+/// ```
+pub fn encode_scan(buf: &mut BytesMut, pattern: &[u8], token: Option<&[u8]>) {
+    match token {
+        None => put_array(buf, &[b"SCAN", pattern]),
+        Some(token) => put_array(buf, &[b"SCAN", pattern, token]),
+    }
+}
+
 /// The notification sent to observers when a key is set: `NOTIFY SET VALUE v`.
 pub fn encode_notify_set(buf: &mut BytesMut, value: &[u8]) {
     put_array(buf, &[b"NOTIFY", b"SET", b"VALUE", value]);
@@ -242,17 +260,25 @@ pub enum Request {
         /// `STOP` was given.
         stop: bool,
     },
+    /// `SCAN pattern [token]`.
+    Scan {
+        /// The glob pattern (never empty once decoded; see [`crate::protocol::glob`]).
+        pattern: Bytes,
+        /// The continuation token of the previous page (absent on the first page).
+        token: Option<Bytes>,
+    },
 }
 
 impl Request {
-    /// The key the request is about.
-    pub fn key(&self) -> &Bytes {
+    /// The key the request is about (`None` for SCAN, which names a pattern).
+    pub fn key(&self) -> Option<&Bytes> {
         match self {
             Request::Set { key, .. }
             | Request::Get { key }
             | Request::Del { key }
             | Request::Vdel { key, .. }
-            | Request::KeyNotify { key, .. } => key,
+            | Request::KeyNotify { key, .. } => Some(key),
+            Request::Scan { .. } => None,
         }
     }
 
@@ -269,6 +295,7 @@ impl Request {
             Request::Del { key } => encode_del(buf, key),
             Request::Vdel { key, value } => encode_vdel(buf, key, value),
             Request::KeyNotify { key, stop } => encode_keynotify(buf, key, *stop),
+            Request::Scan { pattern, token } => encode_scan(buf, pattern, token.as_deref()),
         }
     }
 }
@@ -292,6 +319,9 @@ pub enum RequestError {
     /// The key is empty (`the key length is zero`).
     #[error("the key length is zero")]
     KeyLengthZero,
+    /// A SCAN's pattern is empty.
+    #[error("the scan pattern is empty")]
+    PatternEmpty,
 }
 
 impl RequestError {
@@ -302,6 +332,7 @@ impl RequestError {
             RequestError::UnknownCommand(_) => ServiceError::UnknownCommand,
             RequestError::WrongNumberOfArguments(_) => ServiceError::WrongNumberOfArguments,
             RequestError::KeyLengthZero => ServiceError::KeyLengthZero,
+            RequestError::PatternEmpty => ServiceError::Unknown(self.to_string()),
         }
     }
 }
@@ -343,10 +374,12 @@ pub fn decode_request(payload: &Bytes) -> Result<Request, RequestError> {
         Request::Vdel { key, value }
     } else if verb.eq_ignore_ascii_case(b"KEYNOTIFY") {
         decode_keynotify(rest)?
+    } else if verb.eq_ignore_ascii_case(b"SCAN") {
+        decode_scan(rest)?
     } else {
         return Err(RequestError::UnknownCommand(escape_excerpt(&verb, 32)));
     };
-    if request.key().is_empty() {
+    if request.key().is_some_and(Bytes::is_empty) {
         return Err(RequestError::KeyLengthZero);
     }
     Ok(request)
@@ -417,6 +450,18 @@ fn parse_positive_ms(text: &[u8]) -> Result<u64, RequestError> {
         Some(ms) if ms > 0 => Ok(ms),
         _ => Err(bad()),
     }
+}
+
+fn decode_scan(args: Vec<Bytes>) -> Result<Request, RequestError> {
+    let mut it = args.into_iter();
+    let (pattern, token) = match (it.next(), it.next(), it.next()) {
+        (Some(pattern), token, None) => (pattern, token),
+        _ => return Err(RequestError::WrongNumberOfArguments("SCAN")),
+    };
+    if pattern.is_empty() {
+        return Err(RequestError::PatternEmpty);
+    }
+    Ok(Request::Scan { pattern, token })
 }
 
 fn decode_keynotify(args: Vec<Bytes>) -> Result<Request, RequestError> {
@@ -581,6 +626,108 @@ pub fn decode_keynotify_reply(payload: &Bytes, stop: bool) -> Result<KeyNotifyRe
         Reply::Integer(0) if stop => Ok(KeyNotifyReply::NotObserved),
         other => Err(unexpected(other, expected, payload)),
     }
+}
+
+/// One page of a SCAN reply: some keys (possibly none) and, unless this is the last page,
+/// the token that asks for the next one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanPage {
+    /// The keys of this page, in the server's order (the local server's is byte order).
+    pub keys: Vec<Bytes>,
+    /// The continuation token; `None` on the last page.
+    pub token: Option<Bytes>,
+}
+
+impl ScanPage {
+    /// Writes the reply (server side): `*1` then the keys for the last page, `*2` then the
+    /// keys and the token otherwise.
+    ///
+    /// ```
+    /// # use bytes::{Bytes, BytesMut};
+    /// # use mqstate::resp3::ScanPage;
+    /// let page = ScanPage { keys: vec![Bytes::from_static(b"k1")], token: None };
+    /// let mut buf = BytesMut::new();
+    /// page.encode(&mut buf);
+    /// assert_eq!(&buf[..], b"*1\r\n*1\r\n$2\r\nk1\r\n");
+    /// ```
+    pub fn encode(&self, buf: &mut BytesMut) {
+        buf.reserve(self.encoded_len());
+        put_header(buf, b'*', if self.token.is_some() { 2 } else { 1 });
+        put_header(buf, b'*', self.keys.len() as u64);
+        for key in &self.keys {
+            put_bulk(buf, key);
+        }
+        if let Some(token) = &self.token {
+            put_bulk(buf, token);
+        }
+    }
+
+    /// The exact size of [`ScanPage::encode`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        4 + 1
+            + decimal_len(self.keys.len() as u64)
+            + 2
+            + self.keys.iter().map(|k| bulk_size(k.len())).sum::<usize>()
+            + self.token.as_ref().map_or(0, |t| bulk_size(t.len()))
+    }
+}
+
+/// Decodes a reply to SCAN: `*1` (last page) or `*2` (more to come) around an array of
+/// bulk-string keys and, with `*2`, a bulk-string token; or `-ERR`.
+///
+/// ```
+/// # use bytes::Bytes;
+/// # use mqstate::resp3::decode_scan_reply;
+/// let payload = Bytes::from_static(b"*2\r\n*1\r\n$2\r\nk1\r\n$3\r\n\x00\xffx\r\n");
+/// let page = decode_scan_reply(&payload).unwrap();
+/// assert_eq!(page.keys, vec![Bytes::from_static(b"k1")]);
+/// assert_eq!(page.token.as_deref(), Some(&b"\x00\xffx"[..]));
+/// ```
+pub fn decode_scan_reply(payload: &Bytes) -> Result<ScanPage, Error> {
+    const OUTER: &str = "*1 or *2 (SCAN reply)";
+    if payload.first() != Some(&b'*') {
+        return match decode_reply(payload) {
+            Ok(other) => Err(unexpected(other, OUTER, payload)),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut cursor = Cursor::new(payload);
+    cursor.pos = 1;
+    let at = cursor.pos;
+    let elements = cursor.length("the SCAN reply's element count")?;
+    if !matches!(elements, Some(1 | 2)) {
+        return Err(cursor
+            .err(DecodeErrorKind::UnexpectedReply, OUTER, at)
+            .into());
+    }
+    let keys = cursor.bulk_array()?;
+    let token = if elements == Some(2) {
+        let at = cursor.pos;
+        if cursor.type_byte("the SCAN continuation token ($n)")? != b'$' {
+            return Err(cursor
+                .err(
+                    DecodeErrorKind::UnexpectedType,
+                    "the SCAN continuation token ($n)",
+                    at,
+                )
+                .into());
+        }
+        let len_at = cursor.pos;
+        let Some(n) = cursor.length("the SCAN continuation token's length")? else {
+            return Err(cursor
+                .err(
+                    DecodeErrorKind::NegativeLength,
+                    "the SCAN continuation token ($n)",
+                    len_at,
+                )
+                .into());
+        };
+        Some(cursor.bulk_data(n, "the SCAN continuation token")?)
+    } else {
+        None
+    };
+    cursor.finish()?;
+    Ok(ScanPage { keys, token })
 }
 
 /// Turns a reply the command does not accept into the right error: `-ERR` is a service
