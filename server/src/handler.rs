@@ -55,6 +55,9 @@ pub const DEFAULT_NODE_ID: &str = "StateStore";
 pub const NO_CLIENT_ID_TEXT: &str =
     "the request carries no client id (__srcId), so there is no topic to notify";
 
+/// The most keys one page of the dashboard's key table shows.
+const DASHBOARD_PAGE_KEYS: usize = 100;
+
 /// Settings of a [`Handler`].
 #[derive(Debug, Clone)]
 pub struct HandlerConfig {
@@ -195,12 +198,47 @@ impl Handler {
         &mut self.store
     }
 
-    /// Shows every key of the store on the dashboard, if one watches (after a restore from
-    /// the data dir, whose keys no SET announced).
-    pub fn show_restored_keys(&self) {
-        if let Some(m) = &self.monitor {
-            for (key, entry) in self.store.iter() {
-                m.key_restored(&key, &entry);
+    /// The dashboard's queries to the store, for the store's task to answer with
+    /// [`Handler::answer_query`] (once; `None` without a dashboard, or after the first call).
+    pub fn take_dashboard_queries(
+        &self,
+    ) -> Option<tokio::sync::mpsc::Receiver<crate::dashboard::StoreQuery>> {
+        self.monitor.as_ref().and_then(|m| m.take_queries())
+    }
+
+    /// Answers a dashboard query from the store: a page of the key table read with the same
+    /// scan as `SCAN` (so the dashboard keeps no copy of the keys), or the key count.
+    pub fn answer_query(&self, query: crate::dashboard::StoreQuery, now: Instant) {
+        use crate::dashboard::{KeyView, KeysPage, StoreQuery};
+        match query {
+            StoreQuery::Count(reply) => {
+                let _ = reply.send(self.store.len());
+            }
+            StoreQuery::Keys {
+                pattern,
+                token,
+                reply,
+            } => {
+                let limits = ScanLimits {
+                    max_keys: DASHBOARD_PAGE_KEYS,
+                    ..self.scan_limits
+                };
+                let page = crate::scan::page(&self.store, &pattern, token.as_deref(), limits, now)
+                    .map(|page| KeysPage {
+                        keys: page
+                            .keys
+                            .iter()
+                            .filter_map(|key| {
+                                let entry = self.store.get(key)?;
+                                let lease = self.monitor.as_ref().is_some_and(|m| m.is_lease(key));
+                                Some(KeyView::of(key, &entry, lease, now))
+                            })
+                            .collect(),
+                        next: page.token.map(|t| mqstate::topics::hex_encode(&t)),
+                        count: self.store.len(),
+                    })
+                    .map_err(|e| e.text().to_owned());
+                let _ = reply.send(page);
             }
         }
     }

@@ -576,6 +576,7 @@ impl StoreTask {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let mut broker_events = broker_events;
+        let mut dashboard = self.handler.take_dashboard_queries();
         loop {
             let deadline = self.handler.next_deadline().map(Instant::from_std);
             tokio::select! {
@@ -584,6 +585,10 @@ impl StoreTask {
                 event = recv_event(&mut broker_events) => match event {
                     Some(event) => self.on_broker_event(event),
                     None => broker_events = None,
+                },
+                query = recv_query(&mut dashboard) => match query {
+                    Some(query) => self.handler.answer_query(query, std::time::Instant::now()),
+                    None => dashboard = None,
                 },
                 _ = sleep_until(deadline) => {
                     let notifications = self.handler.expire(std::time::Instant::now());
@@ -941,6 +946,16 @@ async fn recv_event(
     events: &mut Option<mpsc::UnboundedReceiver<BrokerEvent>>,
 ) -> Option<BrokerEvent> {
     match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next dashboard query; never, without a dashboard.
+async fn recv_query(
+    queries: &mut Option<mpsc::Receiver<crate::dashboard::StoreQuery>>,
+) -> Option<crate::dashboard::StoreQuery> {
+    match queries {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }

@@ -143,13 +143,14 @@ async fn page_views_and_live_feed_read_only() {
 
     // Keys, leases, clients and metrics, from the store hook.
     let keys = json(admin, "/dashboard/api/keys?prefix=locks/").await;
-    assert_eq!(keys["total"], 1);
+    assert_eq!(keys["keys"].as_array().unwrap().len(), 1, "{keys}");
+    assert_eq!(keys["next"], Value::Null);
     assert_eq!(keys["keys"][0]["value"], "holder-1");
     assert_eq!(keys["keys"][0]["lease"], true);
     assert!(keys["keys"][0]["ttlMs"].as_u64().unwrap() <= 60_000);
     assert_eq!(
-        json(admin, "/dashboard/api/keys?prefix=app/").await["total"],
-        0
+        json(admin, "/dashboard/api/keys?prefix=app/").await["keys"],
+        serde_json::json!([])
     );
     let leases = json(admin, "/dashboard/api/leases").await;
     assert_eq!(leases[0]["holder"], "holder-1");
@@ -188,7 +189,7 @@ async fn page_views_and_live_feed_read_only() {
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
         assert!(String::from_utf8_lossy(&body).contains("ReadOnly"));
     }
-    assert_eq!(json(admin, "/dashboard/api/keys").await["total"], 1);
+    assert_eq!(json(admin, "/dashboard/api/keys").await["count"], 1);
     assert_eq!(
         json(admin, "/devices/dev1/messages/devicebound").await["depth"],
         0
@@ -285,7 +286,7 @@ async fn own_server_without_the_hub() {
         .await
         .unwrap();
     client.set("k", "v", SetOptions::default()).await.unwrap();
-    assert_eq!(json(addr, "/dashboard/api/keys").await["total"], 1);
+    assert_eq!(json(addr, "/dashboard/api/keys").await["count"], 1);
     client.close().await;
     server.shutdown().await;
 }
@@ -315,7 +316,82 @@ async fn keys_restored_from_the_data_dir_are_shown() {
     let server = LocalServer::start_with(config()).await.unwrap();
     let addr = server.dashboard_addr().unwrap();
     let keys = json(addr, "/dashboard/api/keys?prefix=restored/").await;
-    assert_eq!(keys["total"], 1, "{keys}");
+    assert_eq!(keys["keys"].as_array().unwrap().len(), 1, "{keys}");
     assert!(keys.to_string().contains("restored/k"), "{keys}");
+    server.shutdown().await;
+}
+
+/// The key table reads the store a page at a time with the scan of SCAN: every key once across
+/// pages, glob and prefix filters, and clear errors for a malformed pattern or token.
+#[tokio::test]
+async fn the_key_table_pages_through_the_store() {
+    let mut config = ServerConfig::default();
+    config.dashboard = Some(DashboardConfig::default());
+    let server = LocalServer::start_with(config).await.unwrap();
+    let addr = server.dashboard_addr().unwrap();
+    let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+        .await
+        .unwrap();
+    for i in 0..250 {
+        client
+            .set(format!("t/{i:03}"), "v", SetOptions::default())
+            .await
+            .unwrap();
+    }
+    client.set("t*x", "v", SetOptions::default()).await.unwrap();
+    client
+        .set("other", "v", SetOptions::default())
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut path = "/dashboard/api/keys?prefix=t/".to_owned();
+    let mut pages = 0;
+    loop {
+        let page = json(addr, &path).await;
+        pages += 1;
+        assert_eq!(page["count"], 252, "{page}");
+        for key in page["keys"].as_array().unwrap() {
+            seen.push(key["key"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(token) => path = format!("/dashboard/api/keys?prefix=t/&token={token}"),
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "100 keys a page: {pages} pages");
+    let expected: Vec<String> = (0..250).map(|i| format!("t/{i:03}")).collect();
+    assert_eq!(seen, expected, "every key once, in byte order");
+
+    // A prefix with a glob metacharacter is taken literally; a pattern is a glob.
+    let star = json(addr, "/dashboard/api/keys?prefix=t*").await;
+    assert_eq!(star["keys"].as_array().unwrap().len(), 1, "{star}");
+    let glob = json(addr, "/dashboard/api/keys?pattern=t/24%3F").await;
+    assert_eq!(glob["keys"].as_array().unwrap().len(), 10, "{glob}");
+
+    for (path, code, text) in [
+        (
+            "/dashboard/api/keys?pattern=t/%5B",
+            "BadQuery",
+            "no closing ']'",
+        ),
+        ("/dashboard/api/keys?prefix=t/&token=zz", "BadToken", "hex"),
+        (
+            "/dashboard/api/keys?prefix=t/&token=0102",
+            "BadQuery",
+            "not valid",
+        ),
+        (
+            "/dashboard/api/keys?prefix=a&pattern=b",
+            "BadQuery",
+            "not both",
+        ),
+    ] {
+        let (status, body) = call(addr, Method::GET, path, "").await;
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert!(body.contains(code) && body.contains(text), "{path}: {body}");
+    }
+    client.close().await;
     server.shutdown().await;
 }

@@ -73,6 +73,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "memory")]
     pub churn: Option<Duration>,
 
+    /// With `--memory`: measure `mqstate serve` as its defaults run it (the dashboard and the
+    /// IoT Hub on; only the ports are chosen free) instead of with `--no-dashboard
+    /// --no-iothub`.
+    #[arg(long, requires = "memory")]
+    pub serve_defaults: bool,
+
     /// With `--memory`: the `mqstate` executable whose `serve` to measure (default: this
     /// one), to compare two builds.
     #[arg(long, value_name = "PATH", requires = "memory")]

@@ -1,7 +1,8 @@
 //! `mqstate bench --memory`: how much memory a local server spends per key.
 //!
 //! It starts `mqstate serve` (this executable, or `--server-exe`) as a child process on a
-//! free port with the dashboard and the IoT Hub off, warms it up, then writes `--keys`
+//! free port with the dashboard and the IoT Hub off (with `--serve-defaults`: on, as
+//! `mqstate serve` runs by default, on free ports), warms it up, then writes `--keys`
 //! distinct 12-byte keys with `--value-size`-byte values (`--in-flight` at a time) in ten
 //! steps. After each step it reads the child's resident set size (`VmRSS` in
 //! `/proc/PID/status`, Linux only) and prints how many bytes per key the server grew
@@ -78,15 +79,22 @@ fn free_port() -> Result<u16, Failure> {
         })
 }
 
-fn start_server(exe: &PathBuf, port: u16) -> Result<ServerChild, Failure> {
-    std::process::Command::new(exe)
-        .args([
-            "serve",
-            "--port",
-            &port.to_string(),
-            "--no-dashboard",
-            "--no-iothub",
-        ])
+fn start_server(exe: &PathBuf, port: u16, defaults: bool) -> Result<ServerChild, Failure> {
+    let mut command = std::process::Command::new(exe);
+    command.args(["serve", "--port", &port.to_string()]);
+    if defaults {
+        // Everything as `mqstate serve` has it, but the hub's fixed ports, which another
+        // server may hold.
+        command.args([
+            "--iothub-port",
+            &free_port()?.to_string(),
+            "--iothub-admin-port",
+            &free_port()?.to_string(),
+        ]);
+    } else {
+        command.args(["--no-dashboard", "--no-iothub"]);
+    }
+    command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -209,7 +217,7 @@ pub async fn run(args: BenchArgs) -> Outcome {
         })?,
     };
     let port = free_port()?;
-    let mut child = start_server(&exe, port)?;
+    let mut child = start_server(&exe, port, args.serve_defaults)?;
     let pid = child.0.id();
     let client = connect(port, &mut child).await?;
     let value = Arc::new(vec![b'x'; args.value_size]);
@@ -265,6 +273,7 @@ pub async fn run(args: BenchArgs) -> Outcome {
         steps,
         total_per_key,
         churn,
+        serve_defaults: args.serve_defaults,
     };
     let printed = if args.json {
         output::write_line(&report.json().to_string())
@@ -323,6 +332,8 @@ struct Report {
     steps: Vec<Step>,
     total_per_key: f64,
     churn: Option<Vec<(f64, u64)>>,
+    /// The server ran with its defaults (dashboard and IoT Hub on).
+    serve_defaults: bool,
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -336,7 +347,8 @@ impl Report {
 
     fn table(&self) -> String {
         let mut out = format!(
-            "keys {} x (key {KEY_LEN} B + value {} B = {} B of data); server RSS before: {:.1} MiB\n",
+            "mqstate serve {}\nkeys {} x (key {KEY_LEN} B + value {} B = {} B of data); server RSS before: {:.1} MiB\n",
+            self.server(),
             self.keys,
             self.value_size,
             self.data,
@@ -370,8 +382,18 @@ impl Report {
         out
     }
 
+    /// How the measured server was started, as its command line says it.
+    fn server(&self) -> &'static str {
+        if self.serve_defaults {
+            "with its defaults (dashboard and IoT Hub on)"
+        } else {
+            "--no-dashboard --no-iothub"
+        }
+    }
+
     fn json(&self) -> serde_json::Value {
         json!({
+            "server": self.server(),
             "keys": self.keys,
             "key_size": KEY_LEN,
             "value_size": self.value_size,

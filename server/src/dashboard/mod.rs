@@ -34,8 +34,8 @@ pub mod routes;
 mod standalone;
 
 pub use monitor::{
-    Change, ChangeKind, ClientView, KeyView, LeaseView, METRICS_WINDOW_SECS, MetricsView, Monitor,
-    display,
+    Change, ChangeKind, ClientView, KeyView, KeysPage, LeaseView, METRICS_WINDOW_SECS, MetricsView,
+    Monitor, QueryError, StoreQuery, display,
 };
 pub use standalone::DashboardServer;
 

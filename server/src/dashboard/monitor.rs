@@ -1,12 +1,16 @@
 //! The dashboard's view of the store: a hook the [`Handler`](crate::handler::Handler) calls on
-//! every change (SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), a mirror of
-//! the keys for browsing by prefix, a feed of changes for server-sent events, and per-second
-//! request counts and latencies for the chart.
+//! every change (SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), the leases
+//! and locks, a feed of changes for server-sent events, per-second request counts and
+//! latencies for the chart, and the way the key table reads the store.
 //!
 //! The handler owns the store and runs on one task; the dashboard's HTTP handlers run on
-//! others. Rather than share the store behind a lock (which would put every HTTP read in the
-//! request path), the monitor keeps its own copy of what the page shows, updated by the
-//! handler's calls. It only exists when the dashboard is on.
+//! others. The key table reads the store itself, a page at a time: the HTTP handler sends a
+//! [`StoreQuery`] to the store's task, which answers it between two requests from the store
+//! with the same scan as `SCAN` ([`crate::scan`]). So the dashboard keeps no copy of the keys
+//! (it once did: 500 bytes per key, more than the store itself); what it keeps is small and
+//! bounded by activity, not by the store's size: the leases (keys last set with `NEX` and
+//! `PX`, a handful), the clients, the last 200 changes and five minutes of metrics. It only
+//! exists when the dashboard is on.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -25,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use mqstate::Hlc;
 use serde::Serialize;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::store::Entry;
 
@@ -38,6 +42,11 @@ pub const METRICS_WINDOW_SECS: u64 = 300;
 const MAX_SAMPLES_PER_SECOND: usize = 4096;
 /// Values longer than this are cut in the key table and the feed (the size column is exact).
 const VALUE_PREVIEW: usize = 4096;
+/// Key-table queries waiting for the store's task at most; beyond, a query is refused as busy
+/// (a page polling in a loop cannot queue work for the store without bound).
+const QUERY_BACKLOG: usize = 16;
+/// How long a key-table query waits for the store's task.
+const QUERY_WAIT: Duration = Duration::from_secs(5);
 
 /// What happened to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,6 +111,68 @@ pub struct KeyView {
     pub lease: bool,
 }
 
+impl KeyView {
+    /// The view of a stored key; `lease` says its last SET was `NEX` with `PX`.
+    pub fn of(key: &[u8], entry: &Entry, lease: bool, now: Instant) -> KeyView {
+        let (key, key_encoding) = display(key, usize::MAX);
+        let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
+        KeyView {
+            key,
+            key_encoding,
+            value,
+            value_encoding,
+            size: entry.value.len(),
+            version: entry.version.to_string(),
+            fencing_token: entry.fencing_token.as_ref().map(ToString::to_string),
+            ttl_ms: entry
+                .expires_at
+                .map(|at| millis(at.saturating_duration_since(now))),
+            lease,
+        }
+    }
+}
+
+/// One page of the key table: keys read from the store by a scan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeysPage {
+    /// The keys of this page, in byte order.
+    pub keys: Vec<KeyView>,
+    /// The continuation token of the next page, as hex (`None` on the last page).
+    pub next: Option<String>,
+    /// How many keys the store holds in all (expired keys not yet removed included).
+    pub count: usize,
+}
+
+/// A question of the dashboard's HTTP side to the store's task, which owns the store
+/// ([`Monitor::keys_page`], [`Monitor::key_count`]).
+#[derive(Debug)]
+pub enum StoreQuery {
+    /// A page of the keys matching `pattern`, after `token` (a `SCAN` continuation token).
+    Keys {
+        /// The glob pattern.
+        pattern: Bytes,
+        /// Where to go on from (`None`: the first page).
+        token: Option<Bytes>,
+        /// Where the answer goes: the page, or the error text (a malformed pattern, a bad
+        /// token).
+        reply: oneshot::Sender<Result<KeysPage, String>>,
+    },
+    /// How many keys the store holds.
+    Count(oneshot::Sender<usize>),
+}
+
+/// Why a key-table query got no page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The pattern or the token was refused (the text says why).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store's task did not answer in time, or is gone, or has too many queries waiting.
+    #[error("the store is busy or stopped: {0}")]
+    Unavailable(&'static str),
+}
+
 /// A lease or lock: a key last set with `NEX` and `PX`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -142,25 +213,13 @@ pub struct MetricsView {
     pub total_requests: u64,
 }
 
+/// A lease or lock as the locks view shows it.
 #[derive(Debug)]
-struct KeyRecord {
-    value: Bytes,
+struct LeaseRecord {
+    /// The holder, cut at [`VALUE_PREVIEW`] bytes.
+    holder: Bytes,
     version: Hlc,
-    fencing_token: Option<Hlc>,
     expires_at: Option<Instant>,
-    lease: bool,
-}
-
-impl KeyRecord {
-    fn of(entry: &Entry, lease: bool) -> Self {
-        KeyRecord {
-            value: entry.value.clone(),
-            version: entry.version.clone(),
-            fencing_token: entry.fencing_token.clone(),
-            expires_at: entry.expires_at,
-            lease,
-        }
-    }
 }
 
 #[derive(Debug, Default)]
@@ -178,7 +237,8 @@ struct Second {
 
 #[derive(Debug)]
 struct State {
-    keys: BTreeMap<Bytes, KeyRecord>,
+    /// The keys whose last SET was `NEX` with `PX` (leases and locks).
+    leases: BTreeMap<Bytes, LeaseRecord>,
     clients: BTreeMap<String, ClientRecord>,
     recent: VecDeque<Change>,
     next_seq: u64,
@@ -191,6 +251,9 @@ struct Inner {
     state: Mutex<State>,
     feed: broadcast::Sender<Change>,
     started: Instant,
+    queries: mpsc::Sender<StoreQuery>,
+    /// The receiving end, until the store's task takes it ([`Monitor::take_queries`]).
+    query_receiver: Mutex<Option<mpsc::Receiver<StoreQuery>>>,
 }
 
 /// The store hook of the dashboard; cheap to clone. See the docs of the (private)
@@ -210,10 +273,13 @@ impl Monitor {
     /// An empty monitor (attach it with `HandlerConfig::monitor`).
     pub fn new() -> Monitor {
         let (feed, _) = broadcast::channel(FEED_BACKLOG);
+        let (queries, query_receiver) = mpsc::channel(QUERY_BACKLOG);
         Monitor {
             inner: Arc::new(Inner {
+                queries,
+                query_receiver: Mutex::new(Some(query_receiver)),
                 state: Mutex::new(State {
-                    keys: BTreeMap::new(),
+                    leases: BTreeMap::new(),
                     clients: BTreeMap::new(),
                     recent: VecDeque::new(),
                     next_seq: 1,
@@ -234,13 +300,38 @@ impl Monitor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The store's task takes the key-table queries here, once (`None` after that).
+    pub fn take_queries(&self) -> Option<mpsc::Receiver<StoreQuery>> {
+        self.inner
+            .query_receiver
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// Whether the key's last SET was `NEX` with `PX` (a lease or lock).
+    pub fn is_lease(&self, key: &[u8]) -> bool {
+        self.state().leases.contains_key(key)
+    }
+
     /// A SET was applied; `entry` is the key as stored now, `lease` says it was `NEX` + `PX`.
     pub fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
         let mut state = self.state();
-        // A copy: the request's key is a slice of the received packet, which it would keep.
-        state
-            .keys
-            .insert(Bytes::copy_from_slice(key), KeyRecord::of(entry, lease));
+        if lease {
+            // Copies: the request's key and value are slices of the received packet, which
+            // they would keep alive.
+            let holder = entry.value.get(..VALUE_PREVIEW).unwrap_or(&entry.value);
+            state.leases.insert(
+                Bytes::copy_from_slice(key),
+                LeaseRecord {
+                    holder: Bytes::copy_from_slice(holder),
+                    version: entry.version.clone(),
+                    expires_at: entry.expires_at,
+                },
+            );
+        } else {
+            state.leases.remove(&key[..]);
+        }
         let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
         self.push(
             &mut state,
@@ -251,19 +342,10 @@ impl Monitor {
         );
     }
 
-    /// A key restored from the data dir at start: shown in the key table, not in the feed
-    /// (nothing changed). Whether it was set as a lease is not stored, so a restored lock
-    /// joins the locks view at its next renewal.
-    pub fn key_restored(&self, key: &Bytes, entry: &Entry) {
-        self.state()
-            .keys
-            .insert(key.clone(), KeyRecord::of(entry, false));
-    }
-
     /// The key was deleted (`Delete`, with the server clock of the deletion) or expired.
     pub fn key_deleted(&self, key: &Bytes, version: Option<&Hlc>, kind: ChangeKind) {
         let mut state = self.state();
-        state.keys.remove(key);
+        state.leases.remove(&key[..]);
         self.push(&mut state, kind, key, None, version);
     }
 
@@ -386,47 +468,61 @@ impl Monitor {
         (state.recent.iter().cloned().collect(), rx)
     }
 
-    /// How many keys the store holds.
-    pub fn key_count(&self) -> usize {
-        self.state().keys.len()
+    /// How many keys the store holds, asked of the store's task.
+    pub async fn key_count(&self) -> Result<usize, QueryError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(StoreQuery::Count(reply), answer).await
     }
 
-    /// Up to `limit` keys starting with `prefix`, in byte order, and how many match in all.
-    pub fn keys(&self, prefix: &[u8], limit: usize) -> (Vec<KeyView>, usize) {
-        let now = Instant::now();
-        let state = self.state();
-        let matching = state
-            .keys
-            .range::<[u8], _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            // An expired key the timer has not removed yet is already gone for clients.
-            .filter(|(_, r)| r.expires_at.is_none_or(|at| at > now));
-        let mut total = 0;
-        let mut views = Vec::new();
-        for (key, record) in matching {
-            total += 1;
-            if views.len() < limit {
-                views.push(key_view(key, record, now));
+    /// One page of the keys matching the glob `pattern`, read from the store by the store's
+    /// task, after `token` (the `next` of the page before; `None` for the first page).
+    pub async fn keys_page(
+        &self,
+        pattern: Bytes,
+        token: Option<Bytes>,
+    ) -> Result<KeysPage, QueryError> {
+        let (reply, answer) = oneshot::channel();
+        let query = StoreQuery::Keys {
+            pattern,
+            token,
+            reply,
+        };
+        self.ask(query, answer).await?.map_err(QueryError::Invalid)
+    }
+
+    async fn ask<T>(
+        &self,
+        query: StoreQuery,
+        answer: oneshot::Receiver<T>,
+    ) -> Result<T, QueryError> {
+        self.inner.queries.try_send(query).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                QueryError::Unavailable("too many dashboard queries are waiting")
             }
+            mpsc::error::TrySendError::Closed(_) => {
+                QueryError::Unavailable("the store has stopped")
+            }
+        })?;
+        match tokio::time::timeout(QUERY_WAIT, answer).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(QueryError::Unavailable("the store has stopped")),
+            Err(_) => Err(QueryError::Unavailable(
+                "the store did not answer within 5 s",
+            )),
         }
-        (views, total)
     }
 
     /// The leases and locks: keys last set with `NEX` and `PX`, still alive.
     pub fn leases(&self) -> Vec<LeaseView> {
         let now = Instant::now();
         self.state()
-            .keys
+            .leases
             .iter()
-            .filter(|(_, r)| r.lease)
             .filter_map(|(key, r)| {
                 let ttl = r.expires_at?.checked_duration_since(now)?;
                 Some(LeaseView {
                     key: display(key, usize::MAX).0,
-                    holder: display(&r.value, VALUE_PREVIEW).0,
+                    holder: display(&r.holder, VALUE_PREVIEW).0,
                     token: r.version.to_string(),
                     ttl_ms: millis(ttl),
                 })
@@ -474,24 +570,6 @@ impl Monitor {
             p99_micros,
             total_requests: state.total_requests,
         }
-    }
-}
-
-fn key_view(key: &Bytes, r: &KeyRecord, now: Instant) -> KeyView {
-    let (key, key_encoding) = display(key, usize::MAX);
-    let (value, value_encoding) = display(&r.value, VALUE_PREVIEW);
-    KeyView {
-        key,
-        key_encoding,
-        value,
-        value_encoding,
-        size: r.value.len(),
-        version: r.version.to_string(),
-        fencing_token: r.fencing_token.as_ref().map(ToString::to_string),
-        ttl_ms: r
-            .expires_at
-            .map(|at| millis(at.saturating_duration_since(now))),
-        lease: r.lease,
     }
 }
 
@@ -546,7 +624,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_by_prefix_leases_and_feed() {
+    fn key_views_leases_and_feed() {
         let m = Monitor::new();
         let mut rx = m.subscribe();
         let later = Instant::now() + Duration::from_secs(60);
@@ -561,19 +639,16 @@ mod tests {
             &entry(b"me", Some(later)),
             true,
         );
-        let (keys, total) = m.keys(b"app/", 10);
-        assert_eq!(total, 2);
-        assert_eq!(keys[0].value, "1");
-        assert_eq!(
-            (keys[1].value.as_str(), keys[1].value_encoding),
-            ("0001", "hex")
-        );
+        let view = KeyView::of(b"app/b", &entry(b"\x00\x01", None), false, Instant::now());
+        assert_eq!((view.value.as_str(), view.value_encoding), ("0001", "hex"));
+        assert!(m.is_lease(b"lock") && !m.is_lease(b"app/a"));
         let leases = m.leases();
         assert_eq!(leases.len(), 1);
         assert_eq!(leases[0].holder, "me");
         assert_eq!(leases[0].token, Hlc::new(5, 0, "StateStore").to_string());
         m.key_deleted(&Bytes::from_static(b"lock"), None, ChangeKind::Expire);
         assert!(m.leases().is_empty());
+        assert!(!m.is_lease(b"lock"));
         let kinds: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|c| c.kind)
             .collect();

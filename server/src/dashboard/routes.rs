@@ -17,16 +17,14 @@ use tokio::sync::broadcast;
 #[cfg(feature = "client")]
 use {std::sync::Arc, tokio::sync::OnceCell};
 
-use super::monitor::Monitor;
+use super::monitor::{Monitor, QueryError};
 use crate::iothub::IotHub;
 use crate::iothub::http::SendRequest;
+use bytes::Bytes;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
-
-/// The most keys one page of the key table returns.
-const MAX_KEYS_PER_PAGE: usize = 1000;
 
 /// What the routes need.
 #[derive(Clone)]
@@ -111,26 +109,81 @@ fn read_only() -> Response {
 }
 
 async fn info(State(ctx): State<Ctx>) -> Response {
+    // The count is the store's; a busy store does not keep the page from loading.
+    let keys = ctx.monitor.key_count().await.ok();
     Json(serde_json::json!({
         "edit": ctx.edit,
         "iothub": ctx.hub.is_some(),
         "broker": format!("{}:{}", ctx.broker.0, ctx.broker.1),
-        "keys": ctx.monitor.key_count(),
+        "keys": keys,
     }))
     .into_response()
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct KeysQuery {
-    #[serde(default)]
-    prefix: String,
-    limit: Option<usize>,
+    /// Keys starting with this text (the default: every key).
+    prefix: Option<String>,
+    /// A glob pattern instead (docs/protocol.md, "Listing keys: SCAN").
+    pattern: Option<String>,
+    /// The `next` of the page before, to go on from there.
+    token: Option<String>,
 }
 
+/// One page of the key table, read from the store with the same scan as `SCAN`.
 async fn keys(State(ctx): State<Ctx>, Query(q): Query<KeysQuery>) -> Response {
-    let limit = q.limit.unwrap_or(200).min(MAX_KEYS_PER_PAGE);
-    let (keys, total) = ctx.monitor.keys(q.prefix.as_bytes(), limit);
-    Json(serde_json::json!({ "keys": keys, "total": total })).into_response()
+    let pattern = match (q.pattern, q.prefix) {
+        (Some(_), Some(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "BadQuery",
+                "give either prefix or pattern, not both",
+            );
+        }
+        (Some(pattern), None) => pattern.into_bytes(),
+        (None, prefix) => prefix_pattern(prefix.unwrap_or_default().as_bytes()),
+    };
+    let token = match q
+        .token
+        .as_deref()
+        .map(mqstate::topics::hex_decode)
+        .transpose()
+    {
+        Ok(token) => token,
+        Err(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "BadToken",
+                "token must be the hex `next` of a page",
+            );
+        }
+    };
+    match ctx
+        .monitor
+        .keys_page(Bytes::from(pattern), token.map(Bytes::from))
+        .await
+    {
+        Ok(page) => Json(page).into_response(),
+        Err(QueryError::Invalid(text)) => error(StatusCode::BAD_REQUEST, "BadQuery", text),
+        Err(e @ QueryError::Unavailable(_)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, "Busy", e.to_string())
+        }
+    }
+}
+
+/// The glob pattern matching the keys that start with `prefix`: its metacharacters escaped,
+/// then `*`.
+fn prefix_pattern(prefix: &[u8]) -> Vec<u8> {
+    let mut pattern = Vec::with_capacity(prefix.len() + 1);
+    for &b in prefix {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            pattern.push(b'\\');
+        }
+        pattern.push(b);
+    }
+    pattern.push(b'*');
+    pattern
 }
 
 async fn leases(State(ctx): State<Ctx>) -> Response {

@@ -75,7 +75,6 @@ pub fn handler(
     let mut handler = Handler::new(config);
     let restored = p.restore(handler.store_mut())?;
     tracing::info!(restored, "keys restored from the data dir");
-    handler.show_restored_keys();
     Ok(handler)
 }
 

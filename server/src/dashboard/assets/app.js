@@ -58,9 +58,29 @@ tabs.forEach((t, i) => {
 });
 
 // ----- keys -----
+// The table shows one page of the store's keys, read with the same scan as SCAN; `pageToken`
+// is where the shown page starts (null: the first), so a reload after a change stays on it.
+let pageToken = null;
+let nextToken = null;
+
+function keysUrl(token) {
+  const filter = $("#prefix").value;
+  const field = $("#filter-mode").value === "glob" ? "pattern" : "prefix";
+  const params = new URLSearchParams();
+  // An empty prefix is every key; an empty glob too.
+  params.set(field, field === "pattern" ? (filter || "*") : filter);
+  if (token) params.set("token", token);
+  return `/dashboard/api/keys?${params}`;
+}
+
 async function loadKeys() {
-  const prefix = $("#prefix").value;
-  const data = await getJson(`/dashboard/api/keys?prefix=${encodeURIComponent(prefix)}&limit=500`);
+  let data;
+  try {
+    data = await getJson(keysUrl(pageToken));
+  } catch (e) {
+    $("#key-count").textContent = e.message;
+    throw e;
+  }
   const rows = data.keys.map((k) => {
     const tr = el("tr", { "data-key": k.key },
       encoded(k.key, k.keyEncoding, "mono"),
@@ -77,8 +97,17 @@ async function loadKeys() {
     return tr;
   });
   $("#keys tbody").replaceChildren(...rows);
-  $("#key-count").textContent = `${data.total} key${data.total === 1 ? "" : "s"}` +
-    (data.total > data.keys.length ? ` (first ${data.keys.length} shown)` : "");
+  nextToken = data.next;
+  $("#keys-next").hidden = !nextToken;
+  $("#keys-first").hidden = !pageToken;
+  $("#key-count").textContent = `${data.keys.length} shown` +
+    (nextToken ? ", more on the next page" : "") +
+    ` · ${data.count} key${data.count === 1 ? "" : "s"} in the store`;
+}
+
+function reloadKeys(token) {
+  pageToken = token;
+  loadKeys().catch(report);
 }
 
 async function deleteKey(key) {
@@ -87,8 +116,11 @@ async function deleteKey(key) {
   } catch (e) { setStatus(`delete failed: ${e.message}`); }
 }
 
-$("#key-search").addEventListener("submit", (e) => { e.preventDefault(); loadKeys(); });
-$("#prefix").addEventListener("input", () => loadKeys().catch(report));
+$("#key-search").addEventListener("submit", (e) => { e.preventDefault(); reloadKeys(null); });
+$("#prefix").addEventListener("input", () => reloadKeys(null));
+$("#filter-mode").addEventListener("change", () => reloadKeys(null));
+$("#keys-next").addEventListener("click", () => reloadKeys(nextToken));
+$("#keys-first").addEventListener("click", () => reloadKeys(null));
 $("#key-set").addEventListener("submit", async (e) => {
   e.preventDefault();
   const ttl = $("#set-ttl").value;
