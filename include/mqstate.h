@@ -7,9 +7,9 @@
  *
  * Status. Every function returns an mqstate_status (except the _free functions and
  *   mqstate_status_name). MQSTATE_OK is success. MQSTATE_NOT_FOUND and MQSTATE_NOT_APPLIED
- *   are outcomes (no such key; NX/NEX condition or VDEL value did not match; a lease, lock
- *   or election held by someone else), not failures. Outputs (the *_out parameters) are
- *   written only when the status is MQSTATE_OK.
+ *   are outcomes (no such key; a scan past its last page; NX/NEX condition or VDEL value
+ *   did not match; a lease, lock or election held by someone else), not failures. Outputs
+ *   (the *_out parameters) are written only when the status is MQSTATE_OK.
  *
  * Errors. Every status other than MQSTATE_OK also sets the calling thread's last error:
  *   mqstate_error_message() copies its message, mqstate_error_service_kind() says which
@@ -22,12 +22,13 @@
  *   (keys are never empty). _free(NULL) is a no-op.
  *
  * Ownership. Handles (mqstate_client, mqstate_connect_options, mqstate_value,
- *   mqstate_version, mqstate_lease, mqstate_lock, mqstate_lock_guard, mqstate_election)
- *   returned through a non-const "**_out" parameter belong to the caller,
- *   who frees each exactly once with its _free function. Pointers returned through a
- *   "const **_out" parameter, and the notification passed to a callback, are borrowed: they
- *   stay valid as long as the object they came from (for a notification, until the callback
- *   returns) and are never freed by the caller. Input buffers are copied before the call
+ *   mqstate_version, mqstate_lease, mqstate_lock, mqstate_lock_guard, mqstate_election,
+ *   mqstate_scan, mqstate_scan_page) returned through a non-const "**_out" parameter
+ *   belong to the caller, who frees each exactly once with its _free function. Pointers
+ *   returned through a "const **_out" parameter, and the notification passed to a
+ *   callback, are borrowed: they stay valid as long as the object they came from (for a
+ *   notification, until the callback returns; for a scan page's keys, until the page is
+ *   freed) and are never freed by the caller. Input buffers are copied before the call
  *   returns; the library keeps no pointer to them.
  *
  * Strings. char * strings are NUL-terminated UTF-8. Keys and values are bytes
@@ -37,11 +38,12 @@
  *   a const mqstate_client *, and mqstate_client_set_timeout_ms); mqstate_client_free must
  *   not race with other calls on it. Values, versions and notifications are immutable and
  *   may be read from any thread. Connect options must not be changed from two threads at
- *   once. Leases, locks, lock guards and elections are thread-safe like clients, keep their
- *   client's runtime alive, and may be freed before or after it (once the client is closed
- *   their calls return MQSTATE_DISCONNECTED). Calls block the calling thread (up to the
- *   request timeout, 10 s by default); the library runs the connection on its own threads,
- *   never on the caller's.
+ *   once. Leases, locks, lock guards, elections and scans are thread-safe like clients
+ *   (calls on one scan are serialised), keep their client's runtime alive, and may be freed
+ *   before or after it (once the client is closed their calls return
+ *   MQSTATE_DISCONNECTED). Scan pages are immutable. Calls block the calling thread (up to
+ *   the request timeout, 10 s by default); the library runs the connection on its own
+ *   threads, never on the caller's.
  *
  * Callbacks. Notification callbacks and destroy run on a library thread (one per
  *   observation), never on the caller's thread and never while the library holds a lock,
@@ -82,7 +84,8 @@ enum mqstate_status
    */
   MQSTATE_OK = 0,
   /**
-   * GET: no such key. DEL / VDEL: there was no such key. Notification accessors: the
+   * GET: no such key. DEL / VDEL: there was no such key. `mqstate_scan_next_page`: the
+   * scan is done (its last page was returned already). Notification accessors: the
    * notification has no such part.
    */
   MQSTATE_NOT_FOUND = 1,
@@ -349,6 +352,27 @@ typedef struct mqstate_lock_guard mqstate_lock_guard;
  * need, or `mqstate_version_clone` its version).
  */
 typedef struct mqstate_notification mqstate_notification;
+
+/**
+ * A listing of the keys that match a glob pattern (`mqstate_scan_new`), read a page at a
+ * time with `mqstate_scan_next_page`; free it with `mqstate_scan_free`.
+ *
+ * Thread-safe: every function taking a `const mqstate_scan *` may be called from any thread,
+ * and calls on one scan are serialised (a second caller waits for the page under way).
+ * `mqstate_scan_free` must not race with other calls on it. A scan keeps its client's
+ * runtime alive and may be freed before or after the client; once the client is closed its
+ * page calls return `MQSTATE_DISCONNECTED`. Each page is one request, with the client's
+ * request timeout as it was when the scan was made (`mqstate_client_set_timeout_ms`).
+ */
+typedef struct mqstate_scan mqstate_scan;
+
+/**
+ * One page of a scan (`mqstate_scan_next_page`): its keys, read with
+ * `mqstate_scan_page_count` and `mqstate_scan_page_key`. Owned by the caller, who frees it
+ * with `mqstate_scan_page_free`; it does not depend on its scan or client (either may be
+ * freed first). Immutable: may be read from any thread.
+ */
+typedef struct mqstate_scan_page mqstate_scan_page;
 
 /**
  * A value read by `mqstate_client_get` (its bytes and its version), or the holder of a
@@ -1201,6 +1225,85 @@ mqstate_status mqstate_connect_options_set_session(struct mqstate_connect_option
  * Frees options. NULL is a no-op.
  */
 void mqstate_connect_options_free(struct mqstate_connect_options *options);
+
+/**
+ * Starts listing the keys that match `pattern` (bytes: a Redis `MATCH` glob, `*`, `?`,
+ * `[a-z]`, `[^...]`, `\` escapes; docs/protocol.md section 8). Sends nothing: the first
+ * request is the first `mqstate_scan_next_page`. On `MQSTATE_OK`, `*scan_out` is a new scan
+ * owned by the caller (`mqstate_scan_free`). An empty pattern (`pattern_len` 0) is
+ * `MQSTATE_INVALID_ARGUMENT`; a NULL `pattern` is `MQSTATE_NULL_PARAMETER`. A malformed
+ * pattern is refused by the server, on the first page.
+ *
+ * ```c
+ * mqstate_scan *scan = NULL;
+ * mqstate_scan_page *page = NULL;
+ * mqstate_status s = mqstate_scan_new(client, (const uint8_t *)"sensor-*", 8, &scan);
+ * while (s == MQSTATE_OK && (s = mqstate_scan_next_page(scan, &page)) == MQSTATE_OK) {
+ *     size_t n = 0;
+ *     mqstate_scan_page_count(page, &n);
+ *     for (size_t i = 0; i < n; i++) {
+ *         const uint8_t *key; size_t key_len;
+ *         mqstate_scan_page_key(page, i, &key, &key_len);   // borrowed from page
+ *     }
+ *     mqstate_scan_page_free(page);
+ * }
+ * if (s != MQSTATE_NOT_FOUND) {
+ *     // an error, of mqstate_scan_new or of a page: mqstate_error_message(...)
+ * }
+ * mqstate_scan_free(scan);
+ * ```
+ */
+mqstate_status mqstate_scan_new(const struct mqstate_client *client,
+                                const uint8_t *pattern,
+                                size_t pattern_len,
+                                struct mqstate_scan **scan_out);
+
+/**
+ * Asks for the next page (blocking: one request, up to the request timeout; the loop is
+ * shown at `mqstate_scan_new`).
+ * `MQSTATE_OK`: `*page_out` is a new page owned by the caller (`mqstate_scan_page_free`); it
+ * may hold no key and still not be the last (`mqstate_scan_is_done` says whether it was).
+ * `MQSTATE_NOT_FOUND`: the last page was returned already, nothing is sent or written (the
+ * end of the listing, not a failure). Any other status is an error (`MQSTATE_SERVICE_ERROR`
+ * for a pattern the server refuses, `MQSTATE_TIMEOUT`, `MQSTATE_DISCONNECTED`...); the scan
+ * stays where it was, and calling again asks for the same page. Every key that exists from
+ * the first page to the last is listed exactly once; a key created or deleted meanwhile may
+ * or may not be; the order is unspecified.
+ */
+mqstate_status mqstate_scan_next_page(const struct mqstate_scan *scan,
+                                      struct mqstate_scan_page **page_out);
+
+/**
+ * Whether the last page has been received: then `mqstate_scan_next_page` returns
+ * `MQSTATE_NOT_FOUND` without sending anything.
+ */
+mqstate_status mqstate_scan_is_done(const struct mqstate_scan *scan, bool *done_out);
+
+/**
+ * Frees a scan (pages already returned stay valid). NULL is a no-op. No other call on this
+ * scan may run or start during or after it.
+ */
+void mqstate_scan_free(struct mqstate_scan *scan);
+
+/**
+ * How many keys the page holds (may be 0).
+ */
+mqstate_status mqstate_scan_page_count(const struct mqstate_scan_page *page, size_t *count_out);
+
+/**
+ * The key at `index` (0 to count - 1): its bytes (any byte, NUL included; never empty),
+ * borrowed from the page until `mqstate_scan_page_free`. An index out of range is
+ * `MQSTATE_INVALID_ARGUMENT`.
+ */
+mqstate_status mqstate_scan_page_key(const struct mqstate_scan_page *page,
+                                     size_t index,
+                                     const uint8_t **key_out,
+                                     size_t *len_out);
+
+/**
+ * Frees a page (and the keys borrowed from it). NULL is a no-op.
+ */
+void mqstate_scan_page_free(struct mqstate_scan_page *page);
 
 /**
  * Parses the string form `{ms}:{counter}:{node id}` (any zero padding; exactly three

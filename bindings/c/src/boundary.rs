@@ -22,7 +22,8 @@ use mqstate::{Error, ErrorKind, ServiceError};
 pub enum mqstate_status {
     /// Success; the outputs were written.
     MQSTATE_OK = 0,
-    /// GET: no such key. DEL / VDEL: there was no such key. Notification accessors: the
+    /// GET: no such key. DEL / VDEL: there was no such key. `mqstate_scan_next_page`: the
+    /// scan is done (its last page was returned already). Notification accessors: the
     /// notification has no such part.
     MQSTATE_NOT_FOUND = 1,
     /// SET: the NX / NEX condition failed. VDEL: the key holds another value.

@@ -52,6 +52,7 @@ pub mod lease_events;
 pub mod lock;
 pub mod observe;
 pub mod options;
+pub mod scan;
 pub mod version;
 
 #[cfg(test)]

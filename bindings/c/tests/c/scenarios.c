@@ -169,6 +169,11 @@ static const struct {
     {"try_campaign", {"election", "name", "candidate", "term_ms"}},
     {"leader", {"election"}},
     {"resign", {"election"}},
+    {"fill", {"prefix", "count", "start", "delete"}},
+    {"scan", {"pattern"}},
+    {"scan_open", {"scan", "pattern"}},
+    {"scan_page", {"scan"}},
+    {"scan_rest", {"scan", "must_include"}},
 };
 
 static const char *validate(const cJSON *step) {
@@ -305,7 +310,7 @@ static struct {
     char blackhole_port[8];
     char uid[384];
     char prefix[384];
-    table_t clients, observers, tokens, leases, guards, elections;
+    table_t clients, observers, tokens, leases, guards, elections, scans;
 } run;
 
 static char *subst(const char *s) {
@@ -349,6 +354,83 @@ static bytes_t key_of(const cJSON *step, const char *name) {
     return k;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Listed keys (the scan steps)                                                             */
+
+typedef struct {
+    bytes_t *items;
+    size_t len, cap;
+} keylist_t;
+
+static void keylist_push(keylist_t *l, const uint8_t *data, size_t len) {
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        bytes_t *items = realloc(l->items, cap * sizeof *items);
+        if (!items) fail("out of memory");
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->len++] = bytes_copy(data, len);
+}
+
+static void keylist_free(keylist_t *l) {
+    for (size_t i = 0; i < l->len; i++) bytes_free(&l->items[i]);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+static int compare_bytes(const void *a, const void *b) {
+    const bytes_t *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = n ? memcmp(x->data, y->data, n) : 0;
+    if (c) return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+static bool keylist_contains(const keylist_t *l, const bytes_t *key) {
+    for (size_t i = 0; i < l->len; i++)
+        if (bytes_equal(&l->items[i], key)) return true;
+    return false;
+}
+
+/* The keys as the scan steps give them: without the run's prefix, sorted by their bytes. */
+static keylist_t keylist_listed(const keylist_t *l) {
+    keylist_t out = {0};
+    size_t p = strlen(run.prefix);
+    for (size_t i = 0; i < l->len; i++) {
+        const bytes_t *k = &l->items[i];
+        if (k->len < p || memcmp(k->data, run.prefix, p) != 0) fail("the key %s lacks the run's prefix", show(k));
+        keylist_push(&out, k->data + p, k->len - p);
+    }
+    if (out.len) qsort(out.items, out.len, sizeof out.items[0], compare_bytes);
+    return out;
+}
+
+/* Appends the keys of a page to `l`. */
+static void keylist_add_page(keylist_t *l, const struct mqstate_scan_page *page) {
+    size_t n = 0;
+    if (mqstate_scan_page_count(page, &n) != MQSTATE_OK) fail("mqstate_scan_page_count");
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *key;
+        size_t len;
+        if (mqstate_scan_page_key(page, i, &key, &len) != MQSTATE_OK) fail("mqstate_scan_page_key");
+        keylist_push(l, key, len);
+    }
+}
+
+/* Reads pages with mqstate_scan_next_page until the last (MQSTATE_NOT_FOUND), adding their
+ * keys to `l`; returns that status, or the error that stopped it. */
+static mqstate_status read_pages(const struct mqstate_scan *scan, keylist_t *l) {
+    struct mqstate_scan_page *page = NULL;
+    mqstate_status s;
+    while ((s = mqstate_scan_next_page(scan, &page)) == MQSTATE_OK) {
+        keylist_add_page(l, page);
+        mqstate_scan_page_free(page);
+        page = NULL;
+    }
+    return s;
+}
+
 static struct mqstate_client *client_of(const cJSON *step) {
     return lookup(&run.clients, str_field(step, "client", "a"), true)->ptr;
 }
@@ -369,7 +451,7 @@ static void save_token(const char *name, struct mqstate_version *token) {
 /* ---------------------------------------------------------------------------------------- */
 /* Outcomes                                                                                 */
 
-typedef enum { OUT_NONE, OUT_BOOL, OUT_INT, OUT_STR, OUT_BYTES } out_type;
+typedef enum { OUT_NONE, OUT_BOOL, OUT_INT, OUT_STR, OUT_BYTES, OUT_KEYS } out_type;
 
 typedef struct {
     const char *field; /* the expect field this step gives, or NULL */
@@ -380,6 +462,9 @@ typedef struct {
     bytes_t bytes;
     const char *field2; /* a second bytes field (lock_edit gives old and value) */
     bytes_t bytes2;
+    keylist_t keys;     /* OUT_KEYS: listed keys, without the run's prefix, sorted */
+    const char *count_field; /* a second, whole-number field (the scan steps' count) */
+    long long count;
 } outcome_t;
 
 /* The edit function of lock_edit: records the old value, returns the scenario's new one. */
@@ -760,6 +845,95 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
         s = mqstate_election_resign(lookup(&run.elections, str_field(step, "election", NULL), true)->ptr);
         if (failed(s)) return true;
         out->field = "resigned", out->type = OUT_BOOL, out->b = (s == MQSTATE_OK);
+    } else if (!strcmp(op, "fill")) {
+        bytes_t prefix = key_of(step, "prefix");
+        uint64_t start = field(step, "start") ? u64_field(step, "start") : 0, count = u64_field(step, "count");
+        bool delete = bool_field(step, "delete");
+        uint8_t *key = checked_malloc(prefix.len + 24);
+        if (prefix.len) memcpy(key, prefix.data, prefix.len);
+        for (uint64_t i = start; i < start + count; i++) {
+            int n = snprintf((char *)key + prefix.len, 24, "%04llu", (unsigned long long)i);
+            size_t key_len = prefix.len + (size_t)n;
+            s = delete ? mqstate_client_del(client_of(step), key, key_len, NULL)
+                       : mqstate_client_set(client_of(step), key, key_len, (const uint8_t *)"v", 1,
+                                            MQSTATE_SET_ALWAYS, NULL, NULL, NULL);
+            if (s != MQSTATE_OK) {
+                free(key);
+                bytes_free(&prefix);
+                if (failed(s)) return true;
+                fail("fill: %s #%llu gave %s", delete ? "DEL" : "SET", (unsigned long long)i, mqstate_status_name(s));
+            }
+        }
+        free(key);
+        bytes_free(&prefix);
+    } else if (!strcmp(op, "scan")) {
+        /* C has no iterator: the language's own iteration is the mqstate_scan_next_page loop. */
+        bytes_t pattern = key_of(step, "pattern");
+        struct mqstate_scan *scan = NULL;
+        s = mqstate_scan_new(client_of(step), pattern.data, pattern.len, &scan);
+        bytes_free(&pattern);
+        if (failed(s)) return true;
+        keylist_t listed = {0};
+        s = read_pages(scan, &listed);
+        mqstate_scan_free(scan);
+        if (s != MQSTATE_NOT_FOUND) {
+            keylist_free(&listed);
+            if (failed(s)) return true;
+            fail("mqstate_scan_next_page gave %s", mqstate_status_name(s));
+        }
+        out->field = "keys", out->type = OUT_KEYS, out->keys = keylist_listed(&listed);
+        out->count_field = "count", out->count = (long long)listed.len;
+        keylist_free(&listed);
+    } else if (!strcmp(op, "scan_open")) {
+        bytes_t pattern = key_of(step, "pattern");
+        struct mqstate_scan *scan = NULL;
+        s = mqstate_scan_new(client_of(step), pattern.data, pattern.len, &scan);
+        bytes_free(&pattern);
+        if (failed(s)) return true;
+        named_t *e = insert(&run.scans, str_field(step, "scan", NULL));
+        mqstate_scan_free(e->ptr);
+        if (e->extra) keylist_free(e->extra);
+        free(e->extra);
+        e->ptr = scan;
+        e->extra = checked_malloc(sizeof(keylist_t));
+        memset(e->extra, 0, sizeof(keylist_t));
+    } else if (!strcmp(op, "scan_page")) {
+        named_t *e = lookup(&run.scans, str_field(step, "scan", NULL), true);
+        struct mqstate_scan_page *page = NULL;
+        s = mqstate_scan_next_page(e->ptr, &page);
+        if (failed(s)) return true; /* the scan stays where it was */
+        if (s == MQSTATE_OK) {
+            keylist_add_page(e->extra, page);
+            mqstate_scan_page_free(page);
+        }
+        bool done = false;
+        if (failed(mqstate_scan_is_done(e->ptr, &done))) return true;
+        out->field = "done", out->type = OUT_BOOL, out->b = done;
+    } else if (!strcmp(op, "scan_rest")) {
+        named_t *e = lookup(&run.scans, str_field(step, "scan", NULL), true);
+        keylist_t *listed = e->extra;
+        s = read_pages(e->ptr, listed);
+        if (s != MQSTATE_NOT_FOUND) {
+            if (failed(s)) return true;
+            fail("mqstate_scan_next_page gave %s", mqstate_status_name(s));
+        }
+        const cJSON *must = field(step, "must_include");
+        if (!cJSON_IsArray(must)) fail("must_include: a list of keys");
+        keylist_t missing = {0};
+        const cJSON *k;
+        cJSON_ArrayForEach(k, must) {
+            bytes_t raw = value_of(k);
+            size_t p = strlen(run.prefix);
+            bytes_t key = {checked_malloc(p + raw.len), p + raw.len, true};
+            memcpy(key.data, run.prefix, p);
+            if (raw.len) memcpy(key.data + p, raw.data, raw.len);
+            if (!keylist_contains(listed, &key)) keylist_push(&missing, key.data, key.len);
+            bytes_free(&key);
+            bytes_free(&raw);
+        }
+        out->field = "missing", out->type = OUT_KEYS, out->keys = keylist_listed(&missing);
+        out->count_field = "count", out->count = (long long)listed->len;
+        keylist_free(&missing);
     } else {
         fail("unknown step type %s", op);
     }
@@ -792,6 +966,11 @@ static void check(const cJSON *step, bool errored, outcome_t *out) {
         fail("unexpected error %s: %s", mqstate_status_name(last_error.status), last_error.message);
     const cJSON *want;
     cJSON_ArrayForEach(want, expect) {
+        if (out->count_field && !strcmp(out->count_field, want->string)) {
+            if (!cJSON_IsNumber(want) || (long long)want->valuedouble != out->count)
+                fail("%s: got %lld", want->string, out->count);
+            continue;
+        }
         if (out->field2 && !strcmp(out->field2, want->string)) {
             bytes_t w = value_of(want);
             if (!bytes_equal(&w, &out->bytes2)) fail("%s: got %s", want->string, show(&out->bytes2));
@@ -815,6 +994,24 @@ static void check(const cJSON *step, bool errored, outcome_t *out) {
             bytes_free(&w);
             break;
         }
+        case OUT_KEYS: {
+            if (!cJSON_IsArray(want)) fail("%s must be a list of keys", want->string);
+            bool same = (size_t)cJSON_GetArraySize(want) == out->keys.len;
+            size_t i = 0;
+            const cJSON *w_item;
+            cJSON_ArrayForEach(w_item, want) {
+                if (!same) break;
+                bytes_t w = value_of(w_item);
+                same = bytes_equal(&w, &out->keys.items[i++]);
+                bytes_free(&w);
+            }
+            if (!same) {
+                fprintf(stderr, "%s: got %zu key(s):\n", want->string, out->keys.len);
+                for (i = 0; i < out->keys.len && i < 20; i++) fprintf(stderr, "  %s\n", show(&out->keys.items[i]));
+                fail("%s: not the %d key(s) expected", want->string, cJSON_GetArraySize(want));
+            }
+            break;
+        }
         case OUT_NONE:
             fail("the step gives no %s", want->string);
         }
@@ -833,6 +1030,11 @@ static void cleanup(void) {
         mqstate_lease_free(run.leases.items[i].ptr);
     }
     for (size_t i = 0; i < run.elections.n; i++) mqstate_election_free(run.elections.items[i].ptr);
+    for (size_t i = 0; i < run.scans.n; i++) {
+        mqstate_scan_free(run.scans.items[i].ptr);
+        if (run.scans.items[i].extra) keylist_free(run.scans.items[i].extra);
+        free(run.scans.items[i].extra);
+    }
     for (size_t i = 0; i < run.clients.n; i++) mqstate_client_free(run.clients.items[i].ptr);
     for (size_t i = 0; i < run.observers.n; i++) {
         observer_t *o = run.observers.items[i].ptr;
@@ -848,6 +1050,7 @@ static void cleanup(void) {
     memset(&run.leases, 0, sizeof run.leases);
     memset(&run.guards, 0, sizeof run.guards);
     memset(&run.elections, 0, sizeof run.elections);
+    memset(&run.scans, 0, sizeof run.scans);
 }
 
 static char *read_file(const char *path) {
@@ -950,6 +1153,7 @@ int main(int argc, char **argv) {
             bool errored = execute(op, step, &out);
             check(step, errored, &out);
             if (out.type == OUT_BYTES) bytes_free(&out.bytes);
+            keylist_free(&out.keys);
             bytes_free(&out.bytes2);
             steps++;
         }

@@ -1434,6 +1434,261 @@ static void test_lock_api_nulls_and_closed_client(void) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Listing keys (SCAN)                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+#define SCAN_KEYS 3000
+
+/* What a scan listed: each numbered key PREFIX "scan/NNNN" counted, plus the binary one. */
+struct scan_tally {
+    pthread_mutex_t lock;
+    int seen[SCAN_KEYS];
+    int binary;  /* PREFIX "scan/bin" NUL CR LF 0xff */
+    int strange; /* anything else (must stay 0) */
+    int keys, pages, empty_pages;
+};
+
+static const uint8_t SCAN_BINARY_SUFFIX[] = {'b', 'i', 'n', 0, '\r', '\n', 0xff};
+
+static size_t scan_key(uint8_t *buf, size_t len, int i) {
+    char name[32];
+    snprintf(name, sizeof name, "scan/%04d", i);
+    return make_key((char *)buf, len, name);
+}
+
+static void tally_page(struct scan_tally *t, const mqstate_scan_page *page) {
+    char base[128];
+    size_t base_len = make_key(base, sizeof base, "scan/");
+    size_t n = (size_t)-1, i;
+    CHECK_OK(mqstate_scan_page_count(page, &n));
+    if (n == (size_t)-1) return;
+    pthread_mutex_lock(&t->lock);
+    t->pages++;
+    if (n == 0) t->empty_pages++;
+    for (i = 0; i < n; i++) {
+        const uint8_t *key = NULL;
+        size_t len = 0;
+        CHECK_OK(mqstate_scan_page_key(page, i, &key, &len));
+        t->keys++;
+        if (key == NULL || len <= base_len || memcmp(key, base, base_len) != 0) {
+            t->strange++;
+        } else if (len == base_len + sizeof SCAN_BINARY_SUFFIX &&
+                   memcmp(key + base_len, SCAN_BINARY_SUFFIX, sizeof SCAN_BINARY_SUFFIX) == 0) {
+            t->binary++;
+        } else if (len == base_len + 4) {
+            char digits[5];
+            memcpy(digits, key + base_len, 4);
+            digits[4] = 0;
+            int k = atoi(digits);
+            if (k >= 0 && k < SCAN_KEYS) t->seen[k]++;
+            else t->strange++;
+        } else {
+            t->strange++;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Reads pages until the end (MQSTATE_NOT_FOUND); returns the status that ended the loop. */
+static mqstate_status scan_to_end(const mqstate_scan *scan, struct scan_tally *t) {
+    mqstate_status s;
+    mqstate_scan_page *page = NULL;
+    while ((s = mqstate_scan_next_page(scan, &page)) == MQSTATE_OK) {
+        tally_page(t, page);
+        mqstate_scan_page_free(page);
+        page = NULL;
+    }
+    return s;
+}
+
+static void check_tally(struct scan_tally *t, int binary) {
+    int i, missing = 0, twice = 0;
+    for (i = 0; i < SCAN_KEYS; i++) {
+        if (t->seen[i] == 0) missing++;
+        if (t->seen[i] > 1) twice++;
+    }
+    if (missing || twice || t->strange || t->binary != binary)
+        fail_at(__FILE__, __LINE__, "%d keys missing, %d listed twice, %d unexpected, binary key %d times",
+                missing, twice, t->strange, t->binary);
+    CHECK(t->keys == SCAN_KEYS + binary);
+}
+
+static void *scan_reader_main(void *arg) {
+    void **args = arg;
+    mqstate_status s = scan_to_end(args[0], args[1]);
+    CHECK_STATUS(s, MQSTATE_NOT_FOUND);
+    return NULL;
+}
+
+/* 3,000 keys (and a binary one) listed exactly once over several pages; a page outlives its
+ * scan and client; two threads reading one scan share its pages. */
+static void test_scan_pages(void) {
+    mqstate_client *client = connect_client();
+    uint8_t key[160], pattern[160];
+    size_t key_len, pattern_len;
+    int i;
+    struct scan_tally *t = calloc(1, sizeof *t);
+    mqstate_scan *scan = NULL;
+    mqstate_scan_page *page = (mqstate_scan_page *)&g_port, *kept = NULL;
+    bool done = true;
+
+    if (t == NULL) {
+        CHECK(t != NULL);
+        mqstate_client_free(client);
+        return;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    for (i = 0; i < SCAN_KEYS; i++) {
+        key_len = scan_key(key, sizeof key, i);
+        mqstate_status s = mqstate_client_set(client, key, key_len, (const uint8_t *)"v", 1,
+                                              MQSTATE_SET_ALWAYS, NULL, NULL, NULL);
+        if (s != MQSTATE_OK) {
+            CHECK_OK(s);
+            break;
+        }
+    }
+    key_len = make_key((char *)key, sizeof key, "scan/");
+    memcpy(key + key_len, SCAN_BINARY_SUFFIX, sizeof SCAN_BINARY_SUFFIX);
+    key_len += sizeof SCAN_BINARY_SUFFIX;
+    CHECK_OK(mqstate_client_set(client, key, key_len, (const uint8_t *)"v", 1, MQSTATE_SET_ALWAYS,
+                                NULL, NULL, NULL));
+
+    /* Every key once, over several pages, then MQSTATE_NOT_FOUND (page_out untouched). */
+    pattern_len = make_key((char *)pattern, sizeof pattern, "scan/*");
+    CHECK_OK(mqstate_scan_new(client, pattern, pattern_len, &scan));
+    CHECK_OK(mqstate_scan_is_done(scan, &done));
+    CHECK(!done);
+    CHECK_OK(mqstate_scan_next_page(scan, &kept)); /* kept past the scan and the client */
+    if (kept != NULL) tally_page(t, kept);
+    CHECK_OK(mqstate_scan_is_done(scan, &done));
+    CHECK(!done);
+    CHECK_STATUS(scan_to_end(scan, t), MQSTATE_NOT_FOUND);
+    CHECK_MESSAGE_HAS("done");
+    CHECK_OK(mqstate_scan_is_done(scan, &done));
+    CHECK(done);
+    CHECK_STATUS(mqstate_scan_next_page(scan, &page), MQSTATE_NOT_FOUND);
+    CHECK(page == (mqstate_scan_page *)&g_port);
+    check_tally(t, 1);
+    CHECK(t->pages >= SCAN_KEYS / 500);
+    printf("    %d keys in %d pages (%d empty)\n", t->keys, t->pages, t->empty_pages);
+    mqstate_scan_free(scan);
+    scan = NULL;
+
+    /* A binary pattern (a NUL inside): only the binary key. */
+    memset(t->seen, 0, sizeof t->seen);
+    t->binary = t->strange = t->keys = t->pages = t->empty_pages = 0;
+    pattern_len = make_key((char *)pattern, sizeof pattern, "scan/bin");
+    pattern[pattern_len++] = 0;
+    pattern[pattern_len++] = '*';
+    CHECK_OK(mqstate_scan_new(client, pattern, pattern_len, &scan));
+    CHECK_STATUS(scan_to_end(scan, t), MQSTATE_NOT_FOUND);
+    CHECK(t->keys == 1 && t->binary == 1 && t->strange == 0);
+    mqstate_scan_free(scan);
+    scan = NULL;
+
+    /* Two threads reading one scan: calls are serialised, each page goes to one of them. */
+    memset(t->seen, 0, sizeof t->seen);
+    t->binary = t->strange = t->keys = t->pages = t->empty_pages = 0;
+    pattern_len = make_key((char *)pattern, sizeof pattern, "scan/????");
+    CHECK_OK(mqstate_scan_new(client, pattern, pattern_len, &scan));
+    if (scan != NULL) {
+        pthread_t threads[2];
+        void *args[2] = {scan, t};
+        for (i = 0; i < 2; i++) CHECK(pthread_create(&threads[i], NULL, scan_reader_main, args) == 0);
+        for (i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+        check_tally(t, 0);
+        mqstate_scan_free(scan);
+    }
+
+    /* The first page, still readable after its scan and its client are freed. */
+    mqstate_client_free(client);
+    if (kept != NULL) {
+        size_t n = 0;
+        const uint8_t *first = NULL;
+        size_t first_len = 0;
+        CHECK_OK(mqstate_scan_page_count(kept, &n));
+        CHECK(n > 0);
+        CHECK_OK(mqstate_scan_page_key(kept, 0, &first, &first_len));
+        CHECK(first != NULL && first_len > 0);
+        CHECK_STATUS(mqstate_scan_page_key(kept, n, &first, &first_len), MQSTATE_INVALID_ARGUMENT);
+        CHECK_MESSAGE_HAS("out of range");
+        mqstate_scan_page_free(kept);
+    }
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+/* An empty pattern is refused before anything is sent; a malformed one is the server's error
+ * on the first page; NULL arguments are statuses; a scan outliving its client. */
+static void test_scan_errors(void) {
+    mqstate_client *client = connect_client();
+    mqstate_scan *scan = (mqstate_scan *)&g_port, *real = NULL;
+    mqstate_scan_page *page = (mqstate_scan_page *)&g_port;
+    const uint8_t *key = NULL;
+    size_t n = 0, len = 0;
+    bool done = false;
+    uint8_t pattern[160];
+    size_t pattern_len = make_key((char *)pattern, sizeof pattern, "k[");
+    mqstate_service_error kind = MQSTATE_SERVICE_ERROR_NONE;
+
+    /* NULL arguments. */
+    CHECK_STATUS(mqstate_scan_new(NULL, pattern, pattern_len, &scan), MQSTATE_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("client is NULL");
+    CHECK_STATUS(mqstate_scan_new(client, NULL, 1, &scan), MQSTATE_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("pattern is NULL");
+    CHECK_STATUS(mqstate_scan_new(client, NULL, 0, &scan), MQSTATE_NULL_PARAMETER);
+    CHECK_STATUS(mqstate_scan_new(client, pattern, pattern_len, NULL), MQSTATE_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("scan_out is NULL");
+    CHECK_STATUS(mqstate_scan_next_page(NULL, &page), MQSTATE_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("scan is NULL");
+    CHECK_STATUS(mqstate_scan_is_done(NULL, &done), MQSTATE_NULL_PARAMETER);
+    CHECK_STATUS(mqstate_scan_page_count(NULL, &n), MQSTATE_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("page is NULL");
+    CHECK_STATUS(mqstate_scan_page_key(NULL, 0, &key, &len), MQSTATE_NULL_PARAMETER);
+    mqstate_scan_free(NULL);
+    mqstate_scan_page_free(NULL);
+
+    /* An empty pattern: MQSTATE_INVALID_ARGUMENT, with the message set as for other errors. */
+    CHECK_STATUS(mqstate_scan_new(client, pattern, 0, &scan), MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("pattern is empty");
+    CHECK(scan == (mqstate_scan *)&g_port);
+
+    /* A malformed pattern: the server's error on the first page; the scan stays where it was
+     * (asking again sends the same request, and fails the same way). */
+    CHECK_OK(mqstate_scan_new(client, pattern, pattern_len, &real));
+    if (real != NULL) {
+        int round;
+        for (round = 0; round < 2; round++) {
+            CHECK_STATUS(mqstate_scan_next_page(real, &page), MQSTATE_SERVICE_ERROR);
+            CHECK_MESSAGE_HAS("no closing ']'");
+            CHECK_OK(mqstate_error_service_kind(&kind));
+            CHECK(kind != MQSTATE_SERVICE_ERROR_NONE);
+            CHECK(page == (mqstate_scan_page *)&g_port);
+            CHECK_OK(mqstate_scan_is_done(real, &done));
+            CHECK(!done);
+        }
+        CHECK_STATUS(mqstate_scan_next_page(real, NULL), MQSTATE_NULL_PARAMETER);
+        CHECK_STATUS(mqstate_scan_is_done(real, NULL), MQSTATE_NULL_PARAMETER);
+        CHECK_MESSAGE_HAS("done_out is NULL");
+        mqstate_scan_free(real);
+        real = NULL;
+    }
+
+    /* After close: making a scan sends nothing, so it succeeds (and an empty pattern is still
+     * MQSTATE_INVALID_ARGUMENT); its page is MQSTATE_DISCONNECTED. It may outlive its client. */
+    pattern_len = make_key((char *)pattern, sizeof pattern, "*");
+    CHECK_OK(mqstate_client_close(client));
+    CHECK_STATUS(mqstate_scan_new(client, pattern, 0, &scan), MQSTATE_INVALID_ARGUMENT);
+    CHECK_OK(mqstate_scan_new(client, pattern, pattern_len, &real));
+    mqstate_client_free(client);
+    if (real != NULL) {
+        CHECK_STATUS(mqstate_scan_next_page(real, &page), MQSTATE_DISCONNECTED);
+        CHECK(page == (mqstate_scan_page *)&g_port);
+        mqstate_scan_free(real);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Shared vectors (the JSON files of tests/vectors, via tests/vectors_to_lines.py)             */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -1699,6 +1954,10 @@ int main(int argc, char **argv) {
     run("election: try_campaign, renewed term, campaign, resign, leader", test_election);
     run("lease / lock / election: NULL parameters; a lease outliving its client",
         test_lock_api_nulls_and_closed_client);
+    run("scan: 3,000 keys once over pages, binary keys, two readers, a page outliving its scan",
+        test_scan_pages);
+    run("scan: empty pattern, malformed pattern (service error), NULL arguments, closed client",
+        test_scan_errors);
     run("shared vectors: HLC parse / display / order, hex", test_shared_vectors);
 
     printf("C tests: %d passed, %d failed\n", g_passed, g_failed);
