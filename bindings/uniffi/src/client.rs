@@ -49,7 +49,7 @@ pub struct Client {
 }
 
 impl Client {
-    fn with_timeout(&self, timeout: Option<Duration>) -> mqstate::Client {
+    pub(crate) fn with_timeout(&self, timeout: Option<Duration>) -> mqstate::Client {
         match timeout {
             Some(t) => self.inner.with_timeout(t),
             None => self.inner.clone(),

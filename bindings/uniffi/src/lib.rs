@@ -30,6 +30,7 @@ mod lock;
 mod observe;
 mod options;
 mod runtime;
+mod scan;
 mod types;
 
 pub use bench::bench_rust_get;
@@ -42,4 +43,5 @@ pub use lock::{
 };
 pub use observe::{Notification, Observation};
 pub use options::{ConnectOptions, TlsConfig};
+pub use scan::Scan;
 pub use types::{Hlc, version};

@@ -3251,6 +3251,218 @@ public func FfiConverterTypeObservation_lower(_ value: Observation) -> UInt64 {
 
 
 
+
+
+/**
+ * A listing of the keys that match a glob pattern (`SCAN`), read a page at a time with
+ * `nextPage()` (null after the last page). Creating it sends nothing. In Kotlin,
+ * `client.scan(pattern)` lists the same keys as a Flow. Kotlin:
+ *
+ * ```kotlin
+ * val scan = Scan(client, "config*".encodeToByteArray())
+ * while (true) {
+ * val keys = scan.nextPage() ?: break
+ * keys.forEach { println(it.decodeToString()) }
+ * }
+ * ```
+ */
+public protocol ScanProtocol: AnyObject, Sendable {
+    
+    /**
+     * Whether the last page has been received (then `nextPage()` returns null).
+     */
+    func isDone()  -> Bool
+    
+    /**
+     * Asks for the next page: its keys (possibly none: a page may be empty and not the last),
+     * or null once the last page has been received. After an error (a timeout, a lost
+     * connection, the server refusing the pattern) the scan is where it was: calling again
+     * asks for the same page.
+     */
+    func nextPage() async throws  -> [Data]?
+    
+    /**
+     * The pattern being listed.
+     */
+    func pattern()  -> Data
+    
+}
+/**
+ * A listing of the keys that match a glob pattern (`SCAN`), read a page at a time with
+ * `nextPage()` (null after the last page). Creating it sends nothing. In Kotlin,
+ * `client.scan(pattern)` lists the same keys as a Flow. Kotlin:
+ *
+ * ```kotlin
+ * val scan = Scan(client, "config*".encodeToByteArray())
+ * while (true) {
+ * val keys = scan.nextPage() ?: break
+ * keys.forEach { println(it.decodeToString()) }
+ * }
+ * ```
+ */
+open class Scan: ScanProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_mqstate_uniffi_fn_clone_scan(self.handle, $0) }
+    }
+    /**
+     * A scan of the keys matching `pattern` (Redis `MATCH` globs over bytes: `*`, `?`,
+     * `[...]`, `\` escapes). Sends nothing; an empty pattern is `InvalidArgument` (the core's
+     * rule). Each page is one request with `timeout` (default: the client's).
+     */
+public convenience init(client: Client, pattern: Data, timeout: TimeInterval? = nil)throws  {
+    let handle =
+        try rustCallWithError(FfiConverterTypeMqstateError_lift) {
+        uniffiCallStatus in
+    uniffi_mqstate_uniffi_fn_constructor_scan_new(
+        FfiConverterTypeClient_lower(client),
+        FfiConverterData.lower(pattern),
+        FfiConverterOptionDuration.lower(timeout),uniffiCallStatus
+    )
+}
+    self.init(unsafeFromHandle: handle)
+}
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_mqstate_uniffi_fn_free_scan(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * Whether the last page has been received (then `nextPage()` returns null).
+     */
+open func isDone() -> Bool  {
+    return try!  FfiConverterBool.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_mqstate_uniffi_fn_method_scan_is_done(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Asks for the next page: its keys (possibly none: a page may be empty and not the last),
+     * or null once the last page has been received. After an error (a timeout, a lost
+     * connection, the server refusing the pattern) the scan is where it was: calling again
+     * asks for the same page.
+     */
+open func nextPage()async throws  -> [Data]?  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_mqstate_uniffi_fn_method_scan_next_page(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_mqstate_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_mqstate_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_mqstate_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterOptionSequenceData.lift,
+            errorHandler: FfiConverterTypeMqstateError_lift
+        )
+}
+    
+    /**
+     * The pattern being listed.
+     */
+open func pattern() -> Data  {
+    return try!  FfiConverterData.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_mqstate_uniffi_fn_method_scan_pattern(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeScan: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = Scan
+
+    public static func lift(_ handle: UInt64) throws -> Scan {
+        return Scan(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: Scan) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Scan {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: Scan, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeScan_lift(_ handle: UInt64) throws -> Scan {
+    return try FfiConverterTypeScan.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeScan_lower(_ value: Scan) -> UInt64 {
+    return FfiConverterTypeScan.lower(value)
+}
+
+
+
+
 /**
  * Where to connect and how. `url` (`mqtt://host:port?client_id=...`, `mqtts://...`) is read
  * first; the other fields override it. Every field is optional.
@@ -5270,6 +5482,55 @@ fileprivate struct FfiConverterOptionTypeLeaseEvent: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionSequenceData: FfiConverterRustBuffer {
+    typealias SwiftType = [Data]?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterSequenceData.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterSequenceData.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceData: FfiConverterRustBuffer {
+    typealias SwiftType = [Data]
+
+    public static func write(_ value: [Data], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterData.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [Data] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [Data]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterData.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceTypeProperty: FfiConverterRustBuffer {
     typealias SwiftType = [Property]
 
@@ -5631,6 +5892,15 @@ private let initializationResult: InitializationResult = {
     if (uniffi_mqstate_uniffi_checksum_method_observation_next() != 47913) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_mqstate_uniffi_checksum_method_scan_is_done() != 62203) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_mqstate_uniffi_checksum_method_scan_next_page() != 64479) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_mqstate_uniffi_checksum_method_scan_pattern() != 8357) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_mqstate_uniffi_checksum_constructor_client_connect() != 58004) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -5647,6 +5917,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_mqstate_uniffi_checksum_constructor_lock_new() != 41306) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_mqstate_uniffi_checksum_constructor_scan_new() != 2613) {
         return InitializationResult.apiChecksumMismatch
     }
 

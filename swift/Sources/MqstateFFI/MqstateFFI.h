@@ -689,6 +689,36 @@ void uniffi_mqstate_uniffi_fn_method_observation_close(uint64_t ptr, RustCallSta
 uint64_t uniffi_mqstate_uniffi_fn_method_observation_next(uint64_t ptr
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_SCAN
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CLONE_SCAN
+uint64_t uniffi_mqstate_uniffi_fn_clone_scan(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FREE_SCAN
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_FREE_SCAN
+void uniffi_mqstate_uniffi_fn_free_scan(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_SCAN_NEW
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_CONSTRUCTOR_SCAN_NEW
+uint64_t uniffi_mqstate_uniffi_fn_constructor_scan_new(uint64_t client, RustBuffer pattern, RustBuffer timeout, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_IS_DONE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_IS_DONE
+int8_t uniffi_mqstate_uniffi_fn_method_scan_is_done(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_NEXT_PAGE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_NEXT_PAGE
+uint64_t uniffi_mqstate_uniffi_fn_method_scan_next_page(uint64_t ptr
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_PATTERN
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_SCAN_PATTERN
+RustBuffer uniffi_mqstate_uniffi_fn_method_scan_pattern(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_MQSTATEERROR_DESCRIBE
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_FN_METHOD_MQSTATEERROR_DESCRIBE
 RustBuffer uniffi_mqstate_uniffi_fn_method_mqstateerror_describe(RustBuffer ptr, RustCallStatus *_Nonnull out_status
@@ -1357,6 +1387,24 @@ uint16_t uniffi_mqstate_uniffi_checksum_method_observation_next(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_IS_DONE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_IS_DONE
+uint16_t uniffi_mqstate_uniffi_checksum_method_scan_is_done(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_NEXT_PAGE
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_NEXT_PAGE
+uint16_t uniffi_mqstate_uniffi_checksum_method_scan_next_page(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_PATTERN
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_METHOD_SCAN_PATTERN
+uint16_t uniffi_mqstate_uniffi_checksum_method_scan_pattern(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_CLIENT_CONNECT
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_CLIENT_CONNECT
 uint16_t uniffi_mqstate_uniffi_checksum_constructor_client_connect(void
@@ -1390,6 +1438,12 @@ uint16_t uniffi_mqstate_uniffi_checksum_constructor_lease_new(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_LOCK_NEW
 #define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_LOCK_NEW
 uint16_t uniffi_mqstate_uniffi_checksum_constructor_lock_new(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_SCAN_NEW
+#define UNIFFI_FFIDEF_UNIFFI_MQSTATE_UNIFFI_CHECKSUM_CONSTRUCTOR_SCAN_NEW
+uint16_t uniffi_mqstate_uniffi_checksum_constructor_scan_new(void
     
 );
 #endif

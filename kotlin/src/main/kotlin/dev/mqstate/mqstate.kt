@@ -828,6 +828,12 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_observation_next(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_scan_is_done(
+    ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_scan_next_page(
+    ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_scan_pattern(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_constructor_client_connect(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_constructor_client_from_env(
@@ -839,6 +845,8 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_mqstate_uniffi_checksum_constructor_lease_new(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_constructor_lock_new(
+    ): Int
+    external fun uniffi_mqstate_uniffi_checksum_constructor_scan_new(
     ): Int
     external fun ffi_mqstate_uniffi_uniffi_contract_version(
     ): Int
@@ -1033,6 +1041,18 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_mqstate_uniffi_fn_method_observation_next(`ptr`: Long,
     ): Long
+    external fun uniffi_mqstate_uniffi_fn_clone_scan(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_free_scan(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_mqstate_uniffi_fn_constructor_scan_new(`client`: Long,`pattern`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_method_scan_is_done(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Byte
+    external fun uniffi_mqstate_uniffi_fn_method_scan_next_page(`ptr`: Long,
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_method_scan_pattern(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_method_mqstateerror_describe(`ptr`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_method_mqstateerror_kind(`ptr`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -1352,6 +1372,15 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_observation_next() and 0xFFFF) != 47913) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_scan_is_done() and 0xFFFF) != 62203) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_scan_next_page() and 0xFFFF) != 64479) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_scan_pattern() and 0xFFFF) != 8357) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_mqstate_uniffi_checksum_constructor_client_connect() and 0xFFFF) != 58004) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1368,6 +1397,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_constructor_lock_new() and 0xFFFF) != 41306) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_constructor_scan_new() and 0xFFFF) != 2613) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -6200,6 +6232,365 @@ public object FfiConverterTypeObservation: FfiConverter<Observation, Long> {
 }
 
 
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * A listing of the keys that match a glob pattern (`SCAN`), read a page at a time with
+ * `nextPage()` (null after the last page). Creating it sends nothing. In Kotlin,
+ * `client.scan(pattern)` lists the same keys as a Flow. Kotlin:
+ *
+ * ```kotlin
+ * val scan = Scan(client, "config*".encodeToByteArray())
+ * while (true) {
+ * val keys = scan.nextPage() ?: break
+ * keys.forEach { println(it.decodeToString()) }
+ * }
+ * ```
+ */
+public interface ScanInterface {
+    
+    /**
+     * Whether the last page has been received (then `nextPage()` returns null).
+     */
+    fun `isDone`(): kotlin.Boolean
+    
+    /**
+     * Asks for the next page: its keys (possibly none: a page may be empty and not the last),
+     * or null once the last page has been received. After an error (a timeout, a lost
+     * connection, the server refusing the pattern) the scan is where it was: calling again
+     * asks for the same page.
+     */
+    suspend fun `nextPage`(): List<kotlin.ByteArray>?
+    
+    /**
+     * The pattern being listed.
+     */
+    fun `pattern`(): kotlin.ByteArray
+    
+    companion object
+}
+
+/**
+ * A listing of the keys that match a glob pattern (`SCAN`), read a page at a time with
+ * `nextPage()` (null after the last page). Creating it sends nothing. In Kotlin,
+ * `client.scan(pattern)` lists the same keys as a Flow. Kotlin:
+ *
+ * ```kotlin
+ * val scan = Scan(client, "config*".encodeToByteArray())
+ * while (true) {
+ * val keys = scan.nextPage() ?: break
+ * keys.forEach { println(it.decodeToString()) }
+ * }
+ * ```
+ */
+open class Scan: Disposable, AutoCloseable, ScanInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+    /**
+     * A scan of the keys matching `pattern` (Redis `MATCH` globs over bytes: `*`, `?`,
+     * `[...]`, `\` escapes). Sends nothing; an empty pattern is `InvalidArgument` (the core's
+     * rule). Each page is one request with `timeout` (default: the client's).
+     */
+    constructor(`client`: Client, `pattern`: kotlin.ByteArray, `timeout`: java.time.Duration? = null) :
+        this(UniffiWithHandle, 
+    uniffiRustCallWithError(MqstateException) { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_constructor_scan_new(
+    
+        
+        FfiConverterTypeClient.lower(`client`),
+        FfiConverterByteArray.lower(`pattern`),
+        FfiConverterOptionalDuration.lower(`timeout`),_status)
+}
+    )
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_mqstate_uniffi_fn_free_scan(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_mqstate_uniffi_fn_clone_scan(handle, status)
+        }
+    }
+
+    
+    /**
+     * Whether the last page has been received (then `nextPage()` returns null).
+     */override fun `isDone`(): kotlin.Boolean {
+            return FfiConverterBoolean.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_method_scan_is_done(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Asks for the next page: its keys (possibly none: a page may be empty and not the last),
+     * or null once the last page has been received. After an error (a timeout, a lost
+     * connection, the server refusing the pattern) the scan is where it was: calling again
+     * asks for the same page.
+     */
+    @Throws(MqstateException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `nextPage`() : List<kotlin.ByteArray>? {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_mqstate_uniffi_fn_method_scan_next_page(
+                uniffiHandle,
+                
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_mqstate_uniffi_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterOptionalSequenceByteArray.lift(it) },
+        // Error FFI converter
+        MqstateException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * The pattern being listed.
+     */override fun `pattern`(): kotlin.ByteArray {
+            return FfiConverterByteArray.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_method_scan_pattern(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeScan: FfiConverter<Scan, Long> {
+    override fun lower(value: Scan): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): Scan {
+        return Scan(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): Scan {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: Scan) = 8UL
+
+    override fun write(value: Scan, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
 
 /**
  * Where to connect and how. `url` (`mqtt://host:port?client_id=...`, `mqtts://...`) is read
@@ -8204,6 +8595,66 @@ public object FfiConverterOptionalTypeLeaseEvent: FfiConverterRustBuffer<LeaseEv
         } else {
             buf.put(1)
             FfiConverterTypeLeaseEvent.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalSequenceByteArray: FfiConverterRustBuffer<List<kotlin.ByteArray>?> {
+    override fun read(buf: ByteBuffer): List<kotlin.ByteArray>? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterSequenceByteArray.read(buf)
+    }
+
+    override fun allocationSize(value: List<kotlin.ByteArray>?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterSequenceByteArray.allocationSize(value)
+        }
+    }
+
+    override fun write(value: List<kotlin.ByteArray>?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterSequenceByteArray.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceByteArray: FfiConverterRustBuffer<List<kotlin.ByteArray>> {
+    override fun read(buf: ByteBuffer): List<kotlin.ByteArray> {
+        val len = buf.getInt()
+        return List<kotlin.ByteArray>(len) {
+            FfiConverterByteArray.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.ByteArray>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterByteArray.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.ByteArray>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterByteArray.write(it, buf)
         }
     }
 }

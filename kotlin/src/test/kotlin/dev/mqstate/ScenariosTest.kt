@@ -4,6 +4,7 @@ import java.io.File
 import java.net.ServerSocket
 import java.net.Socket
 import java.time.Duration
+import kotlinx.coroutines.flow.toList
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
 import kotlinx.serialization.json.Json
@@ -69,8 +70,15 @@ class ScenariosTest {
             "try_campaign" to listOf("election", "name", "candidate", "term_ms"),
             "leader" to listOf("election"),
             "resign" to listOf("election"),
+            "fill" to listOf("prefix", "count", "start", "delete"),
+            "scan" to listOf("pattern"),
+            "scan_open" to listOf("scan", "pattern"),
+            "scan_page" to listOf("scan"),
+            "scan_rest" to listOf("scan", "must_include"),
         )
         val BYTE_FIELDS = setOf("value", "leader", "old")
+        /** Fields whose expected value is a list of keys. */
+        val KEY_LIST_FIELDS = setOf("keys", "missing")
     }
 
     @BeforeAll
@@ -168,6 +176,7 @@ class ScenariosTest {
     private fun expected(field: String, want: JsonElement): Any? = when {
         want is JsonNull -> null
         field in BYTE_FIELDS -> canonical(bytesOf(want))
+        field in KEY_LIST_FIELDS -> want.jsonArray.map { canonical(bytesOf(it)) }
         want is JsonPrimitive && want.isString -> want.content
         want is JsonPrimitive && want.booleanOrNull != null -> want.boolean
         want is JsonPrimitive -> want.long
@@ -184,6 +193,8 @@ class ScenariosTest {
         val leaseEvents = mutableMapOf<String, LeaseEvents>()
         val guards = mutableMapOf<String, LockGuard>()
         val elections = mutableMapOf<String, LeaderElection>()
+        /** Open scans and the keys their pages listed so far. */
+        val scans = mutableMapOf<String, Pair<Scan, MutableList<ByteArray>>>()
 
         fun subst(s: String) = s.replace("{server}", serverUrl)
             .replace("{blackhole}", "mqtt://127.0.0.1:$blackholePort")
@@ -194,6 +205,18 @@ class ScenariosTest {
             val raw = bytesOf(step[field]!!)
             return if (raw.isEmpty()) raw else prefix.encodeToByteArray() + raw
         }
+
+        /** Listed keys as the scan steps give them: without the run's prefix, sorted by bytes. */
+        fun listed(keys: List<ByteArray>): List<Any?> {
+            val p = prefix.encodeToByteArray()
+            return keys.map { k ->
+                check(k.size >= p.size && k.copyOfRange(0, p.size).contentEquals(p)) { "${canonical(k)} lacks the run's prefix" }
+                k.copyOfRange(p.size, k.size)
+            }.sortedWith { a, b -> java.util.Arrays.compareUnsigned(a, b) }.map { canonical(it) }
+        }
+
+        fun scanOf(step: JsonObject): Pair<Scan, MutableList<ByteArray>> =
+            scans[str(step, "scan")] ?: error("no scan ${str(step, "scan")}")
 
         fun client(step: JsonObject): Client {
             val name = step["client"]?.jsonPrimitive?.content ?: "a"
@@ -339,6 +362,44 @@ class ScenariosTest {
                 }
                 "leader" -> out["leader"] = canonical((elections[str(step, "election")] ?: error("no election")).leader())
                 "resign" -> out["resigned"] = (elections[str(step, "election")] ?: error("no election")).resign()
+                "fill" -> {
+                    val c = client(step)
+                    val prefix = key(step, "prefix")
+                    val start = step["start"]?.jsonPrimitive?.long ?: 0L
+                    val delete = step["delete"]?.jsonPrimitive?.boolean ?: false
+                    for (i in start until start + step["count"]!!.jsonPrimitive.long) {
+                        val key = prefix + "%04d".format(java.util.Locale.ROOT, i).encodeToByteArray()
+                        if (delete) {
+                            assertEquals(1u, c.del(key), "fill: DEL #$i")
+                        } else {
+                            check(c.set(key, "v".b).applied) { "fill: SET #$i not applied" }
+                        }
+                    }
+                }
+                "scan" -> {
+                    // The language's own iteration: the Flow of keys.
+                    val keys = client(step).scan(key(step, "pattern")).toList()
+                    out["count"] = keys.size.toLong()
+                    out["keys"] = listed(keys)
+                }
+                "scan_open" -> scans[str(step, "scan")] = Scan(client(step), key(step, "pattern")) to mutableListOf()
+                "scan_page" -> {
+                    val (scan, pages) = scanOf(step)
+                    scan.nextPage()?.let { pages += it }
+                    out["done"] = scan.isDone()
+                }
+                "scan_rest" -> {
+                    val (scan, pages) = scans.remove(str(step, "scan")) ?: error("no scan ${str(step, "scan")}")
+                    scan.use {
+                        while (true) pages += it.nextPage() ?: break
+                    }
+                    val seen = pages.map { it.toList() }.toSet()
+                    val missing = step["must_include"]!!.jsonArray
+                        .map { prefix.encodeToByteArray() + bytesOf(it) }
+                        .filter { it.toList() !in seen }
+                    out["missing"] = listed(missing)
+                    out["count"] = pages.size.toLong()
+                }
                 else -> error("unknown step type $op")
             }
             return out
@@ -368,6 +429,8 @@ class ScenariosTest {
         }
 
         suspend fun closeAll() {
+            for ((scan, _) in scans.values) scan.close()
+            scans.clear()
             for (c in clients.values) c.disconnect()
             clients.clear()
         }
