@@ -168,6 +168,12 @@ export declare class NativeClient {
   observe(key: string | Uint8Array, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<NativeObservation>
   /** Stops observing a key: every observation of it ends (`KEYNOTIFY key STOP`). */
   unobserve(key: string | Uint8Array, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<undefined>
+  /**
+   * Lists the keys that match a glob pattern (`SCAN`), a page per `nextPage()`; each page
+   * is one request with this timeout (default: the client's). Sends nothing; throws
+   * `ERR_INVALID_ARGUMENT` for an empty pattern.
+   */
+  scan(pattern: string | Uint8Array, timeoutMs?: number | undefined | null): NativeScan
   /** Closes the connection (DISCONNECT) and waits for it; idempotent. */
   close(): Promise<undefined>
 }
@@ -331,6 +337,20 @@ export declare class NativeObservation {
    * unregistered when it has no other observation. Idempotent.
    */
   close(): void
+}
+
+/** One listing of the keys that match a pattern (made by `NativeClient.scan`). */
+export declare class NativeScan {
+  /**
+   * The next page's keys (possibly none: a page may be empty and not the last), or null
+   * once the last page has been received. Calls are served one at a time. After an error
+   * (or a cancellation) the scan is where it was: calling again asks for the same page.
+   */
+  nextPage(cancel?: CancelToken | undefined | null): Promise<Buffer[] | null>
+  /** True once the last page has been received (`nextPage()` then resolves with null). */
+  get done(): boolean
+  /** The pattern being listed. */
+  get pattern(): Buffer
 }
 
 /**

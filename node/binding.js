@@ -851,6 +851,7 @@ module.exports.NativeLeaseEvents = nativeBinding.NativeLeaseEvents
 module.exports.NativeLock = nativeBinding.NativeLock
 module.exports.NativeLockGuard = nativeBinding.NativeLockGuard
 module.exports.NativeObservation = nativeBinding.NativeObservation
+module.exports.NativeScan = nativeBinding.NativeScan
 module.exports.benchRustGet = nativeBinding.benchRustGet
 module.exports.hlcCheck = nativeBinding.hlcCheck
 module.exports.hlcClass = nativeBinding.hlcClass

@@ -15,6 +15,7 @@
  *   console.log(change.operation, change.value?.toString());
  *   break; // unobserves
  * }
+ * for await (const key of client.scan('line3/*')) console.log(key.toString()); // listing keys
  * await client.close();
  * ```
  */
@@ -444,6 +445,34 @@ export class Client {
     return new Observation(start as Promise<NativeStream<Notification>>, options.signal);
   }
 
+  /**
+   * `SCAN`: lists the keys that match a glob pattern, a page per request. Creating the scan
+   * sends nothing; `for await` over it (or `nextPage()`) asks for the pages. An empty pattern
+   * throws `ERR_INVALID_ARGUMENT` right here; a malformed one (`k[`) rejects the first page
+   * with the server's error (`ERR_SERVICE`).
+   *
+   * The pattern is a Redis `MATCH` glob over bytes: `*` any run of bytes, `?` one byte,
+   * `[abc]`, `[a-z]`, `[^...]`, and `\` before a byte to match it literally. Every key that
+   * exists from the first page to the last is listed exactly once (a key written or deleted
+   * meanwhile may or may not be); in no particular order.
+   *
+   * `timeoutMs` is each page's timeout; `signal` cancels the page under way (its request is
+   * withdrawn) and every later one, with an `AbortError`.
+   *
+   * ```ts
+   * for await (const key of client.scan('line3/*')) {
+   *   console.log(key.toString());               // key: Buffer
+   * }
+   * const scan = client.scan(Buffer.from([0x62, 0xff, 0x2a])); // binary patterns too
+   * let page: Buffer[] | null;
+   * while ((page = await scan.nextPage()) !== null) console.log(page.length, scan.done);
+   * ```
+   */
+  scan(pattern: Bytes, options: CallOptions = {}): Scan {
+    checkBytes('pattern', pattern);
+    return new Scan(this.#native.scan(pattern, options.timeoutMs), options.signal);
+  }
+
   /** Stops observing a key: every observation of it on this client ends. */
   unobserve(key: Bytes, options: CallOptions = {}): Promise<void> {
     return guarded(() => {
@@ -568,6 +597,93 @@ export class EventStream<T> implements AsyncIterableIterator<T> {
  * observation goes on (call `next()` again).
  */
 export class Observation extends EventStream<Notification> {}
+
+/**
+ * The keys that match a glob pattern ({@link Client.scan}), as an async iterable of keys
+ * (`for await (const key of scan)`, each a `Buffer`) or a page at a time (`nextPage()`).
+ *
+ * Each page is one request, made when the iteration (or `nextPage()`) asks for it: nothing
+ * is pushed to JavaScript, so a scan nobody reads holds nothing, and Node can exit. A page
+ * may be empty and still not be the last; `done` turns true once the last page came.
+ *
+ * An error (a timeout, a lost connection, the server's `ERR_SERVICE` for a malformed
+ * pattern) ends a `for await` loop with that error. The scan itself stays where it was:
+ * `nextPage()` (or iterating again) asks for the same page again. `break` out of a loop is
+ * fine: the scan holds nothing on the server, and iterating it again goes on with the keys
+ * not yet read.
+ *
+ * ```ts
+ * const scan = client.scan('sensor/?/temperature');
+ * for await (const key of scan) {
+ *   if (key.toString().endsWith('/9/temperature')) break;
+ * }
+ * const rest = await scan.nextPage(); // the keys of that page not yet read, if any
+ * ```
+ */
+export class Scan implements AsyncIterable<Buffer> {
+  readonly #native: native.NativeScan;
+  readonly #signal: AbortSignal | undefined;
+  /** Keys of the last page that the iteration has not yielded yet, in reverse order. */
+  #unread: Buffer[] = [];
+
+  /** @internal */
+  constructor(n: native.NativeScan, signal?: AbortSignal) {
+    this.#native = n;
+    this.#signal = signal;
+  }
+
+  /** The pattern being listed. */
+  get pattern(): Buffer {
+    return this.#native.pattern;
+  }
+
+  /** True once the last page has been received: `nextPage()` then resolves with `null`. */
+  get done(): boolean {
+    return this.#native.done;
+  }
+
+  /**
+   * Asks for the next page: its keys (possibly none), or `null` once the last page has been
+   * received. After an error the scan is where it was: calling again asks for the same
+   * page. Keys of a page that a `for await` loop left unread (it stopped mid-page) come
+   * first, as a page of their own, without a request.
+   *
+   * ```ts
+   * const scan = client.scan('config/*');
+   * const keys: Buffer[] = [];
+   * for (let page = await scan.nextPage(); page !== null; page = await scan.nextPage()) {
+   *   keys.push(...page);
+   * }
+   * scan.done; // true
+   * ```
+   */
+  nextPage(): Promise<Buffer[] | null> {
+    if (this.#unread.length > 0) {
+      const rest = this.#unread.reverse();
+      this.#unread = [];
+      return Promise.resolve(rest);
+    }
+    return withSignal(this.#signal, (c) => this.#native.nextPage(c));
+  }
+
+  /** The keys, one at a time, asking for each page when the one before has been read. */
+  async *keys(): AsyncGenerator<Buffer, void, undefined> {
+    for (;;) {
+      const key = this.#unread.pop();
+      if (key !== undefined) {
+        yield key;
+        continue;
+      }
+      const page = await this.nextPage();
+      if (page === null) return;
+      this.#unread = page.reverse();
+    }
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<Buffer, void, undefined> {
+    return this.keys();
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 // Leases, locks, leader election (mqstate::lock)

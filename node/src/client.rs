@@ -12,8 +12,10 @@ use napi::bindgen_prelude::{BufferSlice, Either, PromiseRaw, Uint8ArraySlice};
 use napi_derive::napi;
 use tokio::sync::watch;
 
+use crate::error::js_error;
 use crate::hlc::Hlc;
 use crate::observe::NativeObservation;
+use crate::scan::NativeScan;
 use crate::util::{bytes, millis, rejected, spawn, whole};
 
 /// Cancels the pending calls it was passed to (the wrapper makes one per `AbortSignal`).
@@ -486,6 +488,22 @@ impl NativeClient {
             async move { client.unobserve(&key).await },
             |_, ()| Ok(()),
         )
+    }
+
+    /// Lists the keys that match a glob pattern (`SCAN`), a page per `nextPage()`; each page
+    /// is one request with this timeout (default: the client's). Sends nothing; throws
+    /// `ERR_INVALID_ARGUMENT` for an empty pattern.
+    #[napi]
+    pub fn scan(
+        &self,
+        env: &Env,
+        pattern: Either<String, Uint8ArraySlice<'_>>,
+        timeout_ms: Option<f64>,
+    ) -> napi::Result<NativeScan> {
+        self.with_timeout(timeout_ms)
+            .and_then(|client| client.scan(bytes(pattern)))
+            .map(NativeScan::new)
+            .map_err(|e| js_error(env, &e, &[]))
     }
 
     /// Closes the connection (DISCONNECT) and waits for it; idempotent.

@@ -22,6 +22,7 @@ mod hlc;
 mod iothub;
 mod lock;
 mod observe;
+mod scan;
 mod server;
 mod util;
 
@@ -35,4 +36,5 @@ pub use lock::{
     NativeLockGuard,
 };
 pub use observe::NativeObservation;
+pub use scan::NativeScan;
 pub use server::LocalServer;

@@ -85,6 +85,19 @@ describe('the process exits by itself', () => {
     assert.match(stdout, /body done/);
   });
 
+  it('without close(), with a scan broken out of early and one never paged', async () => {
+    const { stdout } = await child(`
+      const c = await Client.connect(url);
+      const p = 'exit-scan-' + process.pid + '/';
+      await Promise.all(Array.from({ length: 600 }, (_, i) => c.set(p + i, 'v')));
+      for await (const key of c.scan(p + '*')) break;
+      const unread = c.scan(p + '*'); // made, never paged
+      const half = c.scan(p + '*');
+      await half.nextPage(); // one page of two, the other never asked
+    `);
+    assert.match(stdout, /body done/);
+  });
+
   it('with a lease renewed automatically, after close()', async () => {
     const { stdout } = await child(`
       const c = await Client.connect(url);

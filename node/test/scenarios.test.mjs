@@ -36,6 +36,11 @@ const STEPS = {
   try_campaign: ['election', 'name', 'candidate', 'term_ms'],
   leader: ['election'],
   resign: ['election'],
+  fill: ['prefix', 'count', 'start', 'delete'],
+  scan: ['pattern'],
+  scan_open: ['scan', 'pattern'],
+  scan_page: ['scan'],
+  scan_rest: ['scan', 'must_include'],
 };
 const BYTE_FIELDS = new Set(['value', 'leader', 'old']);
 const VDEL_NAMES = { deleted: 'deleted', notFound: 'not_found', valueMismatch: 'value_mismatch' };
@@ -110,6 +115,8 @@ class Run {
     this.leaseEvents = new Map();
     this.guards = new Map();
     this.elections = new Map();
+    /** Open scans and the keys their pages listed so far: name -> { scan, listed }. */
+    this.scans = new Map();
   }
 
   subst(s) {
@@ -123,6 +130,25 @@ class Run {
   key(step, field) {
     const raw = bytesOf(step[field]);
     return raw.length === 0 ? raw : Buffer.concat([Buffer.from(this.prefix), raw]);
+  }
+
+  /** Listed keys as the scan steps give them: without the run's prefix, sorted by bytes. */
+  listed(keys) {
+    const prefix = Buffer.from(this.prefix);
+    return keys
+      .map((k) => {
+        assert.ok(Buffer.isBuffer(k), `a listed key is not a Buffer: ${k}`);
+        assert.ok(k.subarray(0, prefix.length).equals(prefix), `${canonical(k)} lacks the run's prefix`);
+        return k.subarray(prefix.length);
+      })
+      .sort(Buffer.compare)
+      .map(canonical);
+  }
+
+  scanNamed(step) {
+    const s = this.scans.get(step.scan);
+    assert.ok(s, `no scan ${step.scan} is open`);
+    return s;
   }
 
   client(step) {
@@ -298,6 +324,52 @@ class Run {
       case 'resign':
         out.resigned = await this.elections.get(step.election).resign();
         break;
+      case 'fill': {
+        const c = this.client(step);
+        const prefix = this.key(step, 'prefix');
+        const start = step.start ?? 0;
+        for (let i = start; i < start + step.count; i++) {
+          const key = Buffer.concat([prefix, Buffer.from(String(i).padStart(4, '0'))]);
+          if (step.delete === true) {
+            assert.equal(await c.del(key), 1, `fill: DEL #${i}`);
+          } else {
+            assert.ok((await c.set(key, 'v')).applied, `fill: SET #${i} not applied`);
+          }
+        }
+        break;
+      }
+      case 'scan': {
+        const listed = [];
+        for await (const key of this.client(step).scan(this.key(step, 'pattern'))) listed.push(key);
+        out.count = listed.length;
+        out.keys = this.listed(listed);
+        break;
+      }
+      case 'scan_open':
+        this.scans.set(step.scan, { scan: this.client(step).scan(this.key(step, 'pattern')), listed: [] });
+        break;
+      case 'scan_page': {
+        const s = this.scanNamed(step);
+        const page = await s.scan.nextPage();
+        if (page !== null) s.listed.push(...page);
+        out.done = s.scan.done;
+        break;
+      }
+      case 'scan_rest': {
+        const s = this.scanNamed(step);
+        this.scans.delete(step.scan);
+        for (let page = await s.scan.nextPage(); page !== null; page = await s.scan.nextPage()) {
+          s.listed.push(...page);
+        }
+        const seen = new Set(s.listed.map((k) => k.toString('hex')));
+        const prefix = Buffer.from(this.prefix);
+        const missing = step.must_include
+          .map((k) => Buffer.concat([prefix, bytesOf(k)]))
+          .filter((k) => !seen.has(k.toString('hex')));
+        out.missing = this.listed(missing);
+        out.count = s.listed.length;
+        break;
+      }
       default:
         throw new Error(`unknown step type ${JSON.stringify(step.op)}`);
     }

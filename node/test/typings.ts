@@ -7,6 +7,7 @@ import {
   Lease,
   LocalServer,
   Lock,
+  Scan,
   isMqstateError,
   type LeaseEvent,
   type LeadershipEvent,
@@ -48,6 +49,18 @@ export async function typed(): Promise<void> {
     void [op, value];
     break;
   }
+
+  for await (const key of client.scan('line3/*')) {
+    const k: Buffer = key;
+    void k;
+    break;
+  }
+  const scan: Scan = client.scan(Buffer.from([0x6b, 0xff, 0x2a]), { timeoutMs: 1000, signal: AbortSignal.timeout(5000) });
+  const page: Buffer[] | null = await scan.nextPage();
+  const scanDone: boolean = scan.done;
+  const scanPattern: Buffer = scan.pattern;
+  const scanKeys: AsyncGenerator<Buffer, void, undefined> = scan.keys();
+  void [page, scanDone, scanPattern, scanKeys];
 
   const lease = new Lease(client, 'lease', 'me', { sessionId: 's' });
   const token: Hlc | null = await lease.acquire(1000);
