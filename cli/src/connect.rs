@@ -17,7 +17,8 @@ use crate::exit::{Code, Failure};
 /// The variable read as the broker URL when neither `--url` nor `--from-env` is given.
 pub const URL_ENV: &str = "MQSTATE_URL";
 
-/// How to reach the broker (shared by get, set, del, vdel, watch, lock, elect and bench).
+/// How to reach the broker (shared by get, set, del, vdel, keys, watch, lock, elect and
+/// bench).
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnectArgs {

@@ -7,7 +7,7 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success |
-//! | 1 | miss: the key does not exist (`get`, `del`, `vdel`) |
+//! | 1 | miss: the key does not exist (`get`, `del`, `vdel`), no key matches (`keys`) |
 //! | 2 | usage: bad arguments, bad URL, unreadable input file, unwritable stdout |
 //! | 3 | not applied: `set --nx/--nex` condition failed, `vdel` value differs, lock held |
 //! | 4 | connection: the broker could not be reached, refused us, or the link dropped |
@@ -28,7 +28,7 @@ use mqstate::ErrorKind;
 pub enum Code {
     /// 0.
     Success,
-    /// 1: the key does not exist.
+    /// 1: the key does not exist (or, for `keys`, no key matches).
     Miss,
     /// 2: bad arguments (also clap's own code for a usage error).
     Usage,

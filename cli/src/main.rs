@@ -1,5 +1,5 @@
 //! The `mqstate` command: `mqstate serve` runs a local state store; `get`, `set`, `del`,
-//! `vdel`, `watch`, `lock`, `elect` and `bench` use one (or any state store broker), and
+//! `vdel`, `keys`, `watch`, `lock`, `elect` and `bench` use one (or any state store broker), and
 //! `completions` prints shell completions.
 //!
 //! Every client subcommand shares the connection flags of [`connect::ConnectArgs`] and ends
@@ -21,14 +21,14 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::commands::{bench, completions, del, elect, get, lock, passwd, set, watch};
+use crate::commands::{bench, completions, del, elect, get, keys, lock, passwd, set, watch};
 use crate::exit::{Code, Outcome};
 
 /// The exit codes, shown at the end of `mqstate --help`.
 const EXIT_CODES: &str = "\
 Exit codes:
   0    success (lock, elect: the command's own exit status)
-  1    miss: no such key (get, del, vdel)
+  1    miss: no such key (get, del, vdel), no key matches (keys)
   2    usage: bad arguments, bad URL, unreadable file
   3    not applied: set --nx/--nex condition failed, vdel value differs, lock held
   4    connection: broker unreachable, refused, or dropped
@@ -75,6 +75,20 @@ enum Command {
     /// Delete a key only if it holds VALUE.
     #[command(after_help = "Example:\n  mqstate vdel lock/nightly worker-1")]
     Vdel(del::VdelArgs),
+
+    /// List the keys that match a glob, one a line (raw bytes to a pipe, escaped text to a
+    /// terminal).
+    ///
+    /// The keys are printed as the pages of the listing arrive, in no promised order.
+    /// PATTERN is a glob over the key's bytes (below); quote it, or the shell expands it. An
+    /// empty pattern is a usage error; a malformed one (`k[`) is the state store's error.
+    ///
+    /// Raw output (stdout is a pipe or a file) is each key's bytes and a newline, so a key
+    /// that contains a newline is ambiguous there: use --json for such keys.
+    #[command(
+        after_help = "Examples:\n  mqstate keys 'sensor/*'\n  mqstate keys --count 'line3/?/temperature'\n  mqstate keys --json 'config/*' | jq -r .\n\nExit code 1 when no key matches."
+    )]
+    Keys(keys::KeysArgs),
 
     /// Print every change of the keys, one line each, until Ctrl-C.
     #[command(
@@ -199,6 +213,7 @@ fn main() -> ExitCode {
         Command::Set(args) => block_on(set::run(args)),
         Command::Del(args) => block_on(del::run_del(args)),
         Command::Vdel(args) => block_on(del::run_vdel(args)),
+        Command::Keys(args) => block_on(keys::run(args)),
         Command::Watch(args) => block_on(watch::run(args)),
         Command::Lock(args) => block_on(lock::run(args)),
         Command::Elect(args) => block_on(elect::run(args)),

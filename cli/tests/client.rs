@@ -848,6 +848,207 @@ fn bench_memory_reports_every_step_and_churn_sample() {
     assert_eq!(json["churn"].as_array().unwrap().len(), 10);
 }
 
+/// Sets `keys` (any bytes) to "v" through the Rust client, many requests in flight.
+fn fill(store: &Store, keys: Vec<Vec<u8>>) {
+    store.runtime.block_on(async {
+        let options = mqstate::ConnectOptions::from_url(&store.url).unwrap();
+        let client = mqstate::Client::connect(options).await.unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for key in keys {
+            let client = client.clone();
+            tasks.spawn(async move {
+                let outcome = client
+                    .set(key, "v", mqstate::SetOptions::default())
+                    .await
+                    .unwrap();
+                assert!(outcome.applied);
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        client.close().await;
+    });
+}
+
+/// The lines of a raw listing (each key then `\n`), sorted: the order is not promised.
+fn sorted_lines(stdout: &[u8]) -> Vec<Vec<u8>> {
+    assert!(
+        stdout.is_empty() || stdout.ends_with(b"\n"),
+        "not newline-terminated: {stdout:?}"
+    );
+    let mut lines: Vec<Vec<u8>> = stdout.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
+    lines.pop(); // after the last newline
+    lines.sort();
+    lines
+}
+
+#[test]
+fn keys_lists_matches_raw_json_and_count_with_their_exit_codes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let store = Store::start("keys");
+    let binary: &[u8] = b"bin/\xff\x00a\nb";
+    fill(
+        &store,
+        vec![
+            b"fruit/apple".to_vec(),
+            b"fruit/banana".to_vec(),
+            b"fruit/cherry".to_vec(),
+            b"fruity".to_vec(),
+            b"veg/leek".to_vec(),
+            binary.to_vec(),
+        ],
+    );
+
+    // A prefix lists exactly its keys, one a line.
+    let out = store.cmd(&["keys", "fruit/*"]).output().unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        [&b"fruit/apple"[..], b"fruit/banana", b"fruit/cherry"]
+    );
+    let out = store.cmd(&["keys", "fruit?"]).output().unwrap();
+    assert_eq!(out.stdout, b"fruity\n");
+
+    // To a pipe, a binary key is its bytes exactly (NUL and newline included) and a newline;
+    // a pattern may be any bytes too.
+    let out = store.cmd(&["keys", "bin/*"]).output().unwrap();
+    assert_eq!(exit_code(&out), 0);
+    assert_eq!(out.stdout, [binary, b"\n"].concat());
+    let out = store
+        .cmd(&[])
+        .arg("keys")
+        .arg(OsStr::from_bytes(b"bin/\xff*"))
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, [binary, b"\n"].concat());
+
+    // --json: a JSON string a line; a key that is not UTF-8 as get --json shows it.
+    let out = store.cmd(&["keys", "--json", "*"]).output().unwrap();
+    assert_eq!(exit_code(&out), 0);
+    let mut strings = Vec::new();
+    let mut binaries = Vec::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        match serde_json::from_str::<serde_json::Value>(line).unwrap() {
+            serde_json::Value::String(key) => strings.push(key),
+            other => binaries.push(other),
+        }
+    }
+    strings.sort();
+    assert_eq!(
+        strings,
+        [
+            "fruit/apple",
+            "fruit/banana",
+            "fruit/cherry",
+            "fruity",
+            "veg/leek"
+        ]
+    );
+    assert_eq!(
+        binaries,
+        [serde_json::json!({"key": null, "key_hex": "62696e2fff00610a62"})]
+    );
+
+    // --count: the number only.
+    store
+        .cmd(&["keys", "--count", "fruit/*"])
+        .assert()
+        .code(0)
+        .stdout("3\n");
+
+    // No match: exit code 1 with one line on stderr; --count still prints 0.
+    let out = store.cmd(&["keys", "nothing/*"]).output().unwrap();
+    assert_eq!(exit_code(&out), 1);
+    assert!(out.stdout.is_empty());
+    assert!(assert_one_line_error(&out.stderr).contains("no key matches"));
+    let out = store
+        .cmd(&["keys", "--count", "nothing/*"])
+        .output()
+        .unwrap();
+    assert_eq!((exit_code(&out), out.stdout.as_slice()), (1, &b"0\n"[..]));
+
+    // A malformed glob: the state store's error (exit code 6), in its words.
+    let out = store.cmd(&["keys", "k["]).output().unwrap();
+    assert_eq!(exit_code(&out), 6);
+    assert!(out.stdout.is_empty());
+    let line = assert_one_line_error(&out.stderr);
+    assert!(line.contains("no closing ']'"), "{line}");
+
+    // --json and --count do not go together.
+    store
+        .cmd(&["keys", "--json", "--count", "*"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn keys_with_an_empty_pattern_is_a_usage_error_before_connecting() {
+    // Nobody listens on the port: the pattern is refused before any connection is tried.
+    let port = free_port().unwrap().to_string();
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["keys", "", "-p", &port])
+        .env_remove("MQSTATE_URL")
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 2);
+    assert!(out.stdout.is_empty());
+    assert!(assert_one_line_error(&out.stderr).contains("pattern must not be empty"));
+    // And a real pattern then fails to connect (exit code 4), as every client command.
+    let out = cargo_bin_cmd!("mqstate")
+        .args(["keys", "*", "-p", &port, "--timeout", "2s"])
+        .env_remove("MQSTATE_URL")
+        .timeout(PATIENCE)
+        .output()
+        .unwrap();
+    assert_eq!(exit_code(&out), 4);
+}
+
+#[test]
+fn keys_lists_every_key_of_several_pages_exactly_once() {
+    // 1,200 keys: three pages of at most 500 keys from the local server.
+    let store = Store::start("keys_pages");
+    let many: Vec<Vec<u8>> = (0..1200)
+        .map(|i| format!("many/{i:04}").into_bytes())
+        .collect();
+    let mut all = many.clone();
+    all.extend([b"manx".to_vec(), b"other/1".to_vec(), b"a".to_vec()]);
+    fill(&store, all);
+
+    let out = store.cmd(&["keys", "many/*"]).output().unwrap();
+    assert_eq!(
+        exit_code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sorted_lines(&out.stdout), many, "each key once, no other");
+    store
+        .cmd(&["keys", "--count", "many/*"])
+        .assert()
+        .code(0)
+        .stdout("1200\n");
+    store
+        .cmd(&["keys", "--count", "*"])
+        .assert()
+        .code(0)
+        .stdout("1203\n");
+    let out = store.cmd(&["keys", "--json", "man*"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1201);
+    assert!(text.lines().any(|l| l == r#""many/0499""#));
+    assert!(text.lines().any(|l| l == r#""many/0500""#));
+}
+
 #[test]
 fn help_has_examples_exit_codes_and_completions() {
     let help = cargo_bin_cmd!("mqstate").arg("--help").output().unwrap();
@@ -862,6 +1063,7 @@ fn help_has_examples_exit_codes_and_completions() {
         "set",
         "del",
         "vdel",
+        "keys",
         "watch",
         "lock",
         "elect",

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod del;
 pub mod elect;
 pub mod get;
+pub mod keys;
 pub mod lock;
 pub mod passwd;
 pub mod set;
