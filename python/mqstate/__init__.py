@@ -16,7 +16,8 @@ asyncio::
 
 Keys and values are ``bytes`` or ``str`` (UTF-8); values come back as ``bytes``, versions as
 :class:`Hlc`. Errors are :class:`Error` subclasses. Leases, locks and leader election:
-:class:`Lease`, :class:`Lock`, :class:`LeaderElection` (and their ``Async`` twins). :mod:`mqstate.testing` starts a local
+:class:`Lease`, :class:`Lock`, :class:`LeaderElection` (and their ``Async`` twins). Listing keys:
+``client.scan(pattern)`` (:class:`Scan`, :class:`AsyncScan`). :mod:`mqstate.testing` starts a local
 state store in-process for tests.
 """
 
@@ -41,6 +42,7 @@ from ._native import (
     AsyncLock,
     AsyncLockGuard,
     AsyncObservation,
+    AsyncScan,
     Call,
     Client,
     Hlc,
@@ -55,6 +57,7 @@ from ._native import (
     Notification,
     Observation,
     Pending,
+    Scan,
     SetOutcome,
     VdelOutcome,
     Versioned,
@@ -68,6 +71,7 @@ __all__ = [
     "AsyncLock",
     "AsyncLockGuard",
     "AsyncObservation",
+    "AsyncScan",
     "AuthenticationFailed",
     "Call",
     "ClockDrift",
@@ -91,6 +95,7 @@ __all__ = [
     "Notification",
     "Observation",
     "Pending",
+    "Scan",
     "ServiceError",
     "SetOutcome",
     "TimeoutError",

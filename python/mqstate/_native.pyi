@@ -30,6 +30,7 @@ __all__ = [
     "AsyncLock",
     "AsyncLockGuard",
     "AsyncObservation",
+    "AsyncScan",
     "Client",
     "Hlc",
     "LeaderElection",
@@ -45,6 +46,7 @@ __all__ = [
     "Notification",
     "Observation",
     "Pending",
+    "Scan",
     "SetOutcome",
     "VdelOutcome",
     "Versioned",
@@ -184,6 +186,75 @@ class AsyncObservation:
     ) -> Call[bool]: ...
 
 @final
+class Scan:
+    """The keys that match a glob pattern, from :meth:`Client.scan`: an iterator of keys
+    (``bytes``) that asks for each page when the keys of the one before have been read, or a
+    page at a time with :meth:`next_page`. Each page is one request (the GIL is released while
+    it waits). The iteration raises an error once and then ends; :meth:`next_page` after an
+    error asks for the same page again.
+
+    Every key that exists from the first page to the last is listed exactly once; a key created
+    or deleted meanwhile may or may not be. Do not rely on the order.
+
+    Example::
+
+        for key in client.scan("line3/*"):
+            print(key)
+
+        scan = client.scan(b"sensor/?/temperature")
+        while (keys := scan.next_page()) is not None:
+            print(len(keys), "keys; last page:", scan.done)
+    """
+
+    @property
+    def pattern(self) -> bytes:
+        """The pattern being listed."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the last page has been received (then :meth:`next_page` returns ``None``)."""
+
+    def next_page(self) -> list[bytes] | None:
+        """The keys of the next page (possibly none: a page may be empty and not the last),
+        or ``None`` once the last page has been received. After an error, calling again asks
+        for the same page."""
+
+    def __iter__(self) -> Scan: ...
+    def __next__(self) -> bytes: ...
+
+@final
+class AsyncScan:
+    """The keys that match a glob pattern, from :meth:`AsyncClient.scan`: an async iterator
+    of keys (``bytes``), or a page at a time with ``await`` :meth:`next_page`. Ends, and
+    raises, like :class:`Scan`.
+
+    Example::
+
+        async for key in client.scan("line3/*"):
+            print(key)
+
+        scan = client.scan(b"sensor/?/temperature")
+        while (keys := await scan.next_page()) is not None:
+            print(len(keys), "keys; last page:", scan.done)
+    """
+
+    @property
+    def pattern(self) -> bytes:
+        """The pattern being listed."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the last page has been received (then :meth:`next_page` gives ``None``)."""
+
+    def next_page(self) -> Call[list[bytes] | None]:
+        """The keys of the next page (possibly none), or ``None`` once the last page has
+        been received. After an error, calling again asks for the same page; cancelling the
+        call leaves the scan where it was."""
+
+    def __aiter__(self) -> AsyncScan: ...
+    def __anext__(self) -> Call[bytes]: ...
+
+@final
 class Call(Generic[_T_co]):
     """What every asyncio method returns: a future-like of the running event loop.
 
@@ -313,6 +384,18 @@ class Client:
     def vdel(
         self, key: _Bytes, value: _Bytes, *, fencing_token: Hlc | None = None
     ) -> VdelOutcome: ...
+    def scan(self, pattern: _Bytes) -> Scan:
+        """Lists the keys that match a glob pattern (Redis ``MATCH`` syntax over bytes: ``*``,
+        ``?``, ``[a-z]``, ``[^...]``, ``\\`` escapes). Sends nothing yet; an empty pattern
+        raises :class:`mqstate.InvalidArgument`, a malformed one (``"k["``) makes the first
+        page raise :class:`mqstate.ServiceError`.
+
+        Example::
+
+            for key in client.scan("line3/*"):
+                print(key)  # bytes
+        """
+
     def observe(self, key: _Bytes) -> Observation: ...
     def unobserve(self, key: _Bytes) -> None: ...
     def close(self) -> None: ...
@@ -400,6 +483,16 @@ class AsyncClient:
     def vdel(
         self, key: _Bytes, value: _Bytes, *, fencing_token: Hlc | None = None
     ) -> Call[VdelOutcome]: ...
+    def scan(self, pattern: _Bytes) -> AsyncScan:
+        """Lists the keys that match a glob pattern, like :meth:`Client.scan`; not awaitable
+        itself (it sends nothing yet). An empty pattern raises :class:`mqstate.InvalidArgument`.
+
+        Example::
+
+            async for key in client.scan("line3/*"):
+                print(key)  # bytes
+        """
+
     def observe(self, key: _Bytes) -> Pending[AsyncObservation]:
         """``changes = await client.observe(key)`` or ``async with client.observe(key) as changes:``."""
 

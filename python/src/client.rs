@@ -15,6 +15,7 @@ use crate::errors;
 use crate::observe::{AsyncObservation, Observation};
 use crate::options::{Base, connect_options};
 use crate::runtime::{call, wait};
+use crate::scan::{AsyncScan, Scan};
 use crate::types::{Hlc, SetOutcome, SetOutcomeOut, VdelOutcome, Versioned, VersionedOut};
 
 /// The SET options from the keyword arguments (`nx` and `nex` exclude each other).
@@ -208,6 +209,23 @@ impl Client {
         Ok(outcome.into())
     }
 
+    /// Lists the keys that match a glob pattern (`bytes` or `str`; Redis `MATCH` syntax: `*`,
+    /// `?`, `[a-z]`, `[^...]`, `\` escapes): a `Scan`, iterated key by key or read with
+    /// `next_page()`. Sends nothing yet; an empty pattern raises `InvalidArgument`.
+    ///
+    /// ```python
+    /// for key in client.scan("line3/*"):
+    ///     print(key)  # bytes
+    /// ```
+    fn scan(&self, py: Python<'_>, pattern: &Bound<'_, PyAny>) -> PyResult<Scan> {
+        let pattern = bytes_arg(pattern, "pattern")?;
+        let scan = self
+            .inner
+            .scan(pattern)
+            .map_err(|e| errors::to_py(py, &e))?;
+        Ok(Scan::new(scan))
+    }
+
     fn observe(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Observation> {
         let key = bytes_arg(key, "key")?;
         let stream = call(py, self.inner.observe(key))?;
@@ -384,6 +402,23 @@ impl AsyncClient {
                 .await
                 .map(VdelOutcome::from)
         })
+    }
+
+    /// Lists the keys that match a glob pattern (`bytes` or `str`; Redis `MATCH` syntax): an
+    /// `AsyncScan`, iterated with `async for` or read with `await scan.next_page()`. Not
+    /// awaitable itself: it sends nothing yet; an empty pattern raises `InvalidArgument`.
+    ///
+    /// ```python
+    /// async for key in client.scan("line3/*"):
+    ///     print(key)  # bytes
+    /// ```
+    fn scan(&self, py: Python<'_>, pattern: &Bound<'_, PyAny>) -> PyResult<AsyncScan> {
+        let pattern = bytes_arg(pattern, "pattern")?;
+        let scan = self
+            .inner
+            .scan(pattern)
+            .map_err(|e| errors::to_py(py, &e))?;
+        Ok(AsyncScan::new(scan))
     }
 
     /// Observes a key: `changes = await client.observe(key)` or

@@ -17,6 +17,7 @@ mod lock;
 mod observe;
 mod options;
 mod runtime;
+mod scan;
 mod stream;
 mod testing;
 mod types;
@@ -33,6 +34,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<call::Call>()?;
     m.add_class::<observe::Observation>()?;
     m.add_class::<observe::AsyncObservation>()?;
+    m.add_class::<scan::Scan>()?;
+    m.add_class::<scan::AsyncScan>()?;
     m.add_class::<types::Hlc>()?;
     m.add_class::<types::Versioned>()?;
     m.add_class::<types::SetOutcome>()?;

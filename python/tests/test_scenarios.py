@@ -48,8 +48,15 @@ STEPS: dict[str, set[str]] = {
     "try_campaign": {"election", "name", "candidate", "term_ms"},
     "leader": {"election"},
     "resign": {"election"},
+    "fill": {"prefix", "count", "start", "delete"},
+    "scan": {"pattern"},
+    "scan_open": {"scan", "pattern"},
+    "scan_page": {"scan"},
+    "scan_rest": {"scan", "must_include"},
 }
 BYTE_FIELDS = {"value", "leader", "old"}
+#: Fields whose values are lists of byte strings (each compared as bytes).
+BYTE_LIST_FIELDS = {"keys", "missing"}
 
 #: (mode, scenarios, steps) run so far, printed by conftest's terminal summary.
 COUNTS: dict[str, list[int]] = {}
@@ -106,6 +113,8 @@ class Run:
         self.lease_events: dict[str, Any] = {}
         self.guards: dict[str, Any] = {}
         self.elections: dict[str, Any] = {}
+        #: Open scans and the keys their pages listed so far.
+        self.scans: dict[str, tuple[Any, list[bytes]]] = {}
 
     def subst(self, s: str) -> str:
         return (
@@ -118,6 +127,14 @@ class Run:
     def key(self, step: dict[str, Any], field: str) -> bytes:
         raw = bytes_of(step[field])
         return self.prefix + raw if raw else b""
+
+    def listed(self, keys: list[bytes]) -> list[Any]:
+        """Listed keys as the scan steps give them: without the run's prefix, sorted by bytes."""
+        stripped = []
+        for k in keys:
+            assert k.startswith(self.prefix), f"{k!r} lacks the run's prefix"
+            stripped.append(k[len(self.prefix) :])
+        return [canonical(k) for k in sorted(stripped)]
 
     def client(self, step: dict[str, Any]) -> Any:
         name = step.get("client", "a")
@@ -289,6 +306,45 @@ class Run:
             out["leader"] = canonical(await resolve(self.elections[step["election"]].leader()))
         elif op == "resign":
             out["resigned"] = await resolve(self.elections[step["election"]].resign())
+        elif op == "fill":
+            client = self.client(step)
+            prefix = self.key(step, "prefix")
+            start = step.get("start", 0)
+            delete = step.get("delete") is True
+            for i in range(start, start + step["count"]):
+                k = prefix + f"{i:04d}".encode()
+                if delete:
+                    assert await resolve(client.delete(k)), f"fill: DEL #{i}"
+                else:
+                    outcome = await resolve(client.set(k, "v"))
+                    assert outcome.applied, f"fill: SET #{i} not applied"
+        elif op == "scan":
+            # The language's own iteration: `for` over a Scan, `async for` over an AsyncScan.
+            scan = self.client(step).scan(self.key(step, "pattern"))
+            listed: list[bytes] = []
+            if self.is_async:
+                async for k in scan:
+                    listed.append(k)
+            else:
+                for k in scan:
+                    listed.append(k)
+            out["count"] = len(listed)
+            out["keys"] = self.listed(listed)
+        elif op == "scan_open":
+            self.scans[step["scan"]] = (self.client(step).scan(self.key(step, "pattern")), [])
+        elif op == "scan_page":
+            scan, listed = self.scans[step["scan"]]
+            page = await resolve(scan.next_page())
+            listed.extend(page or [])
+            out["done"] = scan.done
+        elif op == "scan_rest":
+            scan, listed = self.scans.pop(step["scan"])
+            while (page := await resolve(scan.next_page())) is not None:
+                listed.extend(page)
+            listed_once = set(listed)
+            must = [self.prefix + bytes_of(k) for k in step["must_include"]]
+            out["missing"] = self.listed([k for k in must if k not in listed_once])
+            out["count"] = len(listed)
         else:
             raise AssertionError(f"unknown step type {op!r}")
         return out
@@ -314,6 +370,8 @@ class Run:
         for field, want in expect.items():
             if field in BYTE_FIELDS and want is not None:
                 want = canonical(bytes_of(want))
+            if field in BYTE_LIST_FIELDS:
+                want = [canonical(bytes_of(w)) for w in want]
             assert field in out, f"the step gives no {field!r} (it gives {out})"
             assert out[field] == want, f"{field}: got {out[field]!r}, expected {want!r}"
 
