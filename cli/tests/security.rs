@@ -61,6 +61,82 @@ fn the_iothub_admin_api_on_every_address_is_refused() {
     );
 }
 
+/// Without the hub the dashboard runs its own web server on `--iothub-bind`: beyond loopback
+/// it would show every key and value to anyone, so it is refused as the hub is.
+#[test]
+fn the_dashboard_alone_on_every_address_is_refused() {
+    let out = mqstate()
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--no-iothub",
+            "--iothub-bind",
+            "0.0.0.0",
+            "--iothub-admin-port",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to serve the dashboard on 0.0.0.0"),
+        "{stderr}"
+    );
+}
+
+/// `serve` warns when a password file can be read by others than its owner.
+#[cfg(unix)]
+#[test]
+fn serve_warns_about_a_password_file_others_can_read() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("passwd");
+    std::fs::write(&file, "").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = mqstate()
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--no-iothub",
+            "--no-dashboard",
+            "--password-file",
+        ])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read in a thread: a server that never warns must fail the test, not hang it.
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut warned = false;
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        warned = line.contains("mode 644") && line.contains("chmod 600");
+        let started = line.contains("listening");
+        seen.push(line);
+        if warned || started {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "{seen:#?}");
+}
+
 #[test]
 fn passwd_writes_a_salted_hash_and_refuses_an_empty_password() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,6 +161,13 @@ fn passwd_writes_a_salted_hash_and_refuses_an_empty_password() {
     assert_eq!(user, "alice");
     assert!(hash.starts_with("$argon2"), "{hash}");
     assert!(!text.contains("s3cret"));
+    // The file holds password hashes: private to its owner from the start.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+    }
 
     let out = mqstate()
         .args(["passwd"])

@@ -358,8 +358,12 @@ impl LocalServer {
             Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
             None => None,
         };
-        if let Some(hub) = &config.iothub {
-            config.security.check_iothub_bind(hub)?;
+        match (&config.iothub, &config.dashboard) {
+            (Some(hub), _) => config.security.check_iothub_bind(hub)?,
+            (None, Some(dashboard)) => config
+                .security
+                .check_dashboard_bind(dashboard.standalone_addr.map_or(config.bind, |a| a.ip()))?,
+            (None, None) => {}
         }
         let mut store_credentials = None;
         let (broker, events, host, port, embedded) = match &config.broker {

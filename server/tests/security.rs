@@ -667,6 +667,43 @@ async fn the_rule_file_grants_more_to_the_users_it_names() {
     assert!(err.to_string().contains("needs authentication"), "{err}");
 }
 
+/// A rule's filter bounds the subscriptions it grants by MQTT wildcard semantics: a rule
+/// `subscribe sensors/+` grants `sensors/+` and `sensors/t1`, not `sensors/#` (which would
+/// also receive topics two levels deep).
+#[tokio::test]
+async fn a_single_level_rule_does_not_grant_a_multi_level_subscription() {
+    let pki = Pki::new();
+    set_password(&pki.path("passwd"), "reader", PASSWORD).unwrap();
+    std::fs::write(pki.path("rules"), "user:reader subscribe sensors/+\n").unwrap();
+    let server = start(SecurityConfig {
+        password_file: Some(pki.path("passwd")),
+        rules_file: Some(pki.path("rules")),
+        ..SecurityConfig::default()
+    })
+    .await;
+    let (reader, mut events) = connect_raw(&server, "reader-1", |o| {
+        o.set_credentials("reader", PASSWORD);
+    })
+    .await
+    .unwrap();
+    for (filter, granted) in [
+        ("sensors/+", true),
+        ("sensors/t1", true),
+        ("sensors/#", false),
+        ("sensors/t1/x", false),
+        ("#", false),
+    ] {
+        reader.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        let code = suback(&mut events).await;
+        assert_eq!(
+            matches!(code, SubscribeReasonCode::Success(_)),
+            granted,
+            "{filter}: {code:?}"
+        );
+    }
+    server.shutdown().await;
+}
+
 /// The admission gate wraps the access control: while the gate is closed, the store's own
 /// CONNECT (its client id, its internal user) passes at once, a client with good credentials
 /// is held; once the gate opens, the held client is admitted and bad credentials are still

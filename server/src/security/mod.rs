@@ -25,9 +25,9 @@ mod tokens;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-pub use passwd::{hash_password, set_password};
+pub use passwd::{hash_password, loose_permissions, set_password};
 pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};
-pub use rules::{Access, Rule, RuleSet, Subject};
+pub use rules::{Access, Rule, RuleSet, Subject, filter_within};
 pub use tokens::TokenSet;
 
 use crate::error::ServerError;
@@ -136,6 +136,21 @@ impl SecurityConfig {
              anyone on the network could register devices and send them messages; bind it to \
              127.0.0.1, pass --no-iothub, or pass --insecure to accept that",
             hub.bind
+        )))
+    }
+
+    /// Refuses the dashboard's own web server (the one it runs when the IoT Hub is off) on a
+    /// non-loopback address unless `insecure`: it shows every key and value with no
+    /// authentication. (With the hub on, the dashboard shares the admin API's server, which
+    /// [`SecurityConfig::check_iothub_bind`] guards.)
+    pub fn check_dashboard_bind(&self, ip: std::net::IpAddr) -> Result<(), ServerError> {
+        if ip.is_loopback() || self.insecure {
+            return Ok(());
+        }
+        Err(ServerError::Config(format!(
+            "refusing to serve the dashboard on {ip}: it shows every key and value with no \
+             authentication; bind it to 127.0.0.1 (--iothub-bind), pass --no-dashboard, or pass \
+             --insecure to accept that"
         )))
     }
 }

@@ -18,8 +18,9 @@ pub fn hash_password(password: &str) -> Result<String, ServerError> {
         .map_err(|e| ServerError::Config(format!("cannot hash the password: {e}")))
 }
 
-/// Adds `user` to the password file at `path` (created if missing), or replaces its entry.
-/// Other lines are kept as they are.
+/// Adds `user` to the password file at `path` (created if missing, readable and writable by
+/// its owner only: mode 0600), or replaces its entry. Other lines, and the mode of an
+/// existing file, are kept as they are.
 ///
 /// ```
 /// let dir = tempfile::tempdir().unwrap();
@@ -60,8 +61,50 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), Serve
     }
     let mut text = lines.join("\n");
     text.push('\n');
-    std::fs::write(path, text)
-        .map_err(|e| ServerError::io(format!("writing {}", path.display()), e))
+    let write = || -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(path)?.write_all(text.as_bytes())
+    };
+    write().map_err(|e| ServerError::io(format!("writing {}", path.display()), e))
+}
+
+/// A warning for a secrets file (password hashes, SAT tokens) that others than its owner may
+/// read or write, or `None` when it is private (or the platform has no such modes).
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use std::os::unix::fs::PermissionsExt;
+/// let dir = tempfile::tempdir().unwrap();
+/// let file = dir.path().join("passwd");
+/// std::fs::write(&file, "").unwrap();
+/// std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+/// assert!(mqstate_server::security::loose_permissions(&file).is_some());
+/// std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+/// assert!(mqstate_server::security::loose_permissions(&file).is_none());
+/// # }
+/// ```
+pub fn loose_permissions(path: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "{} has mode {mode:03o}: users other than its owner can read or change it (run `chmod 600 {}`)",
+                path.display(),
+                path.display()
+            )
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +124,23 @@ mod tests {
         let hash = text.lines().last().unwrap().split_once(':').unwrap().1;
         assert!(PasswordAuthProvider::verify_password("two", hash));
         assert!(!PasswordAuthProvider::verify_password("one", hash));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_password_file_is_private_and_an_existing_one_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("passwd");
+        set_password(&file, "alice", "one").unwrap();
+        let mode = |f: &Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&file), 0o600);
+        assert!(loose_permissions(&file).is_none());
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        set_password(&file, "bob", "two").unwrap();
+        assert_eq!(mode(&file), 0o640);
+        let warning = loose_permissions(&file).unwrap();
+        assert!(warning.contains("mode 640"), "{warning}");
     }
 
     #[test]

@@ -100,11 +100,27 @@ impl AccessControl {
         passwords
             .add_user(STORE_USER.to_owned(), store_password)
             .map_err(|e| ServerError::Config(format!("cannot hash the store's password: {e}")))?;
+        for file in [&config.password_file, &config.sat_file]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(warning) = super::loose_permissions(file) {
+                tracing::warn!("{warning}");
+            }
+        }
         let tokens = config.sat_file.as_deref().map(TokenSet::load).transpose()?;
         let rules = match &config.rules_file {
             Some(path) => RuleSet::load(path)?,
             None => RuleSet::default(),
         };
+        for rule in rules.client_prefix_rules() {
+            // A client id is chosen by the client: docs/security.md, "Rules".
+            tracing::warn!(
+                rule = ?rule,
+                "a rule grants by client id prefix: any authenticated client that picks an id \
+                 with this prefix gets it; prefer user:NAME rules"
+            );
+        }
         Ok(AccessControl {
             passwords: passwords.with_anonymous(!config.authenticates()),
             tokens,

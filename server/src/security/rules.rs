@@ -124,12 +124,115 @@ impl RuleSet {
             .any(|r| r.access != Access::Subscribe && topic_matches_filter(topic, &r.filter))
     }
 
-    /// Whether a rule lets this client subscribe to `filter`.
+    /// Whether a rule lets this client subscribe to `filter`: only when every topic the
+    /// filter can match is matched by the rule's filter ([`filter_within`]).
     pub fn allows_subscribe(&self, client_id: &str, user: Option<&str>, filter: &str) -> bool {
-        // The requested filter, read as a topic, matches the rule's filter exactly when every
-        // topic it can match is matched by the rule's (its `+`/`#` levels fall on the rule's
-        // wildcards).
         self.applying(client_id, user)
-            .any(|r| r.access != Access::Publish && topic_matches_filter(filter, &r.filter))
+            .any(|r| r.access != Access::Publish && filter_within(filter, &r.filter))
+    }
+
+    /// The rules that grant by client id prefix (`client:PREFIX`): any authenticated client
+    /// may pick such an id, so `mqstate serve` warns about each at start (docs/security.md).
+    pub fn client_prefix_rules(&self) -> impl Iterator<Item = &Rule> {
+        self.rules
+            .iter()
+            .filter(|r| matches!(r.subject, Subject::ClientPrefix(_)))
+    }
+}
+
+/// Whether every topic that the subscription filter `inner` can match is also matched by
+/// the filter `outer` (MQTT 5.0 section 4.7 wildcards): `sensors/+/temp` is within
+/// `sensors/#` and within `sensors/+/+`, but `sensors/#` is not within `sensors/+` (it also
+/// matches `sensors/a/b`), and `+/x` is not within `a/x`.
+///
+/// Reading `inner` as a topic and matching it against `outer` is not the same test: a `#`
+/// level of `inner` would be taken as one level named `#` and pass a `+` of `outer`.
+///
+/// ```
+/// use mqstate_server::security::filter_within;
+///
+/// assert!(filter_within("sensors/+/temp", "sensors/#"));
+/// assert!(!filter_within("sensors/#", "sensors/+"));
+/// assert!(filter_within("sensors", "sensors/#"), "`sensors/#` matches its parent level");
+/// ```
+///
+/// A `#` in the request is within only a `#` of the rule at the same level. (`#` within
+/// `+/#` is refused although both match every topic that does not start with `$`: a rule
+/// is never read as granting more than its levels say.)
+pub fn filter_within(inner: &str, outer: &str) -> bool {
+    // A filter that starts with a wildcard never matches a topic starting with `$` (4.7.2),
+    // so only a literal first level of `inner` can reach such topics.
+    if inner.starts_with('$') && (outer.starts_with('+') || outer.starts_with('#')) {
+        return false;
+    }
+    let mut inner_levels = inner.split('/');
+    let mut outer_levels = outer.split('/');
+    loop {
+        match (inner_levels.next(), outer_levels.next()) {
+            // `#` in the rule takes this level and every one below, and the parent level.
+            (_, Some("#")) => return true,
+            // `#` in the request reaches levels the rule's non-`#` levels do not cover.
+            (Some("#"), _) => return false,
+            (Some(i), Some(o)) => {
+                let level_within = o == "+" || (i != "+" && i == o);
+                if !level_within {
+                    return false;
+                }
+            }
+            (None, None) => return true,
+            // The request is longer than the rule (and the rule has no `#`).
+            (Some(_), None) => return false,
+            // The request is shorter: only a rule going on with `#` matches its topics
+            // (`a/#` matches `a`); that case returned above.
+            (None, Some(_)) => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_is_within_a_rule_only_if_every_topic_it_matches_is() {
+        for (inner, outer) in [
+            ("sensors/a", "sensors/a"),
+            ("sensors/a", "sensors/+"),
+            ("sensors/+", "sensors/+"),
+            ("sensors/+/temp", "sensors/#"),
+            ("sensors/+/temp", "sensors/+/+"),
+            ("sensors/#", "sensors/#"),
+            ("sensors", "sensors/#"),
+            ("sensors/a/#", "sensors/+/#"),
+            ("#", "#"),
+            ("+/+", "#"),
+            ("a/b/c", "+/+/+"),
+        ] {
+            assert!(filter_within(inner, outer), "{inner} within {outer}");
+        }
+        for (inner, outer) in [
+            ("sensors/#", "sensors/+"),
+            ("sensors/+", "sensors/a"),
+            ("sensors/+/+", "sensors/+"),
+            ("sensors/a/b", "sensors/+"),
+            ("sensors", "sensors/+"),
+            ("#", "+"),
+            ("+/x", "a/x"),
+            ("sensors/#", "sensors/+/#"),
+            ("$SYS/x", "#"),
+            ("$SYS/x", "+/x"),
+            ("clients/statestore/#", "clients/+/x"),
+        ] {
+            assert!(!filter_within(inner, outer), "{inner} not within {outer}");
+        }
+    }
+
+    #[test]
+    fn a_rule_on_a_single_level_does_not_grant_a_multi_level_subscription() {
+        let r = RuleSet::parse("user:alice subscribe sensors/+\n").unwrap();
+        assert!(r.allows_subscribe("c", Some("alice"), "sensors/t1"));
+        assert!(r.allows_subscribe("c", Some("alice"), "sensors/+"));
+        assert!(!r.allows_subscribe("c", Some("alice"), "sensors/#"));
+        assert!(!r.allows_subscribe("c", Some("alice"), "sensors/t1/x"));
     }
 }
