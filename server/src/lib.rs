@@ -55,6 +55,7 @@ pub mod security;
 pub mod service;
 pub mod store;
 pub mod testing;
+pub mod web_guard;
 
 pub use error::ServerError;
 pub use local_server::{

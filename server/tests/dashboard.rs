@@ -395,3 +395,128 @@ async fn the_key_table_pages_through_the_store() {
     client.close().await;
     server.shutdown().await;
 }
+
+/// One request with the given headers (none added); the status and the body.
+async fn call_with(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The web surfaces trust no browser: a page on another name (DNS rebinding), a cross-site
+/// `text/plain` POST and a request from a foreign origin are refused before any route runs,
+/// on the admin API and the dashboard alike, and change nothing.
+#[tokio::test]
+async fn the_web_surfaces_refuse_foreign_hosts_and_cross_site_requests() {
+    let (server, admin, client) = start(true).await;
+    let own = admin.to_string();
+    let json_type = ("content-type", "application/json");
+    // DNS rebinding: the right address, another name.
+    for path in ["/dashboard/api/keys", "/devices/dev1/messages/devicebound"] {
+        let (status, body) = call_with(
+            admin,
+            Method::GET,
+            path,
+            &[("host", "attacker.example:8880")],
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{path}: {body}");
+        assert!(body.contains("MisdirectedHost"), "{body}");
+    }
+    // The server's own names are served: its address, localhost.
+    for host in [own.as_str(), "localhost:8880"] {
+        let (status, body) = call_with(
+            admin,
+            Method::GET,
+            "/dashboard/api/keys",
+            &[("host", host)],
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{host}: {body}");
+    }
+    // A cross-site form or text/plain POST (no preflight in a browser): refused.
+    let send = r#"{"payload":"from a web page"}"#;
+    for path in ["/devices/dev1/messages/devicebound", "/dashboard/api/keys"] {
+        let (status, body) = call_with(
+            admin,
+            Method::POST,
+            path,
+            &[("host", &own), ("content-type", "text/plain")],
+            if path.contains("keys") {
+                r#"{"key":"x","value":"y"}"#
+            } else {
+                send
+            },
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{path}: {body}");
+    }
+    // JSON, but from a foreign origin: refused.
+    let (status, body) = call_with(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[
+            ("host", &own),
+            json_type,
+            ("origin", "http://attacker.example"),
+        ],
+        send,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("CrossOrigin"), "{body}");
+    let (status, _) = call_with(
+        admin,
+        Method::DELETE,
+        "/dashboard/api/keys?key=x",
+        &[("host", &own), ("origin", "http://attacker.example")],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Nothing was sent or written.
+    assert_eq!(
+        json(admin, "/devices/dev1/messages/devicebound").await["depth"],
+        0
+    );
+    assert!(client.get("x").await.unwrap().is_none());
+    // The page's own requests (same origin, JSON) still work.
+    let (status, body) = call_with(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[
+            ("host", &own),
+            json_type,
+            ("origin", &format!("http://{own}")),
+        ],
+        send,
+    )
+    .await;
+    assert!(status.is_success(), "{status}: {body}");
+    client.close().await;
+    server.shutdown().await;
+}

@@ -18,8 +18,10 @@ pub struct DashboardServer {
 }
 
 impl DashboardServer {
-    /// Listens on `addr` (port 0: any free port) and serves `router`.
+    /// Listens on `addr` (port 0: any free port) and serves `router`, behind the checks of
+    /// [`crate::web_guard`].
     pub async fn start(addr: SocketAddr, router: axum::Router) -> Result<Self, ServerError> {
+        let router = crate::web_guard::guard(router, crate::web_guard::AllowedHosts::default());
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             ServerError::io(format!("cannot listen for the dashboard on {addr}"), e)
         })?;

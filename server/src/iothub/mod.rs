@@ -127,7 +127,11 @@ impl IotHubServer {
             )),
         ];
         if let Some((listener, addr)) = admin {
-            let router = extra(hub.clone()).merge(http::router(hub.clone()));
+            // Host, Origin and Content-Type checks in front of every route (web_guard).
+            let router = crate::web_guard::guard(
+                extra(hub.clone()).merge(http::router(hub.clone())),
+                crate::web_guard::AllowedHosts::new([&config.hostname]),
+            );
             let mut stop_http = stop_rx.clone();
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
