@@ -771,3 +771,95 @@ async fn the_admission_gate_holds_clients_then_the_access_control_checks_them() 
     assert_eq!(refused, Some(ConnectReturnCode::BadUserNamePassword));
     broker.shutdown().await;
 }
+
+/// Logins are bounded: password guesses from one address are slowed after five failures
+/// (100 ms, doubling), a wrong user name costs what a wrong password costs (no user
+/// enumeration by timing), and the checks run off the broker's async workers. The provider
+/// is driven directly, with the real argon2 hashes of a password file, from made-up source
+/// addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_are_throttled_per_address_and_unknown_users_cost_the_same() {
+    use mqstate_server::security::AccessControl;
+    use mqtt5::broker::auth::AuthProvider;
+    use mqtt5::packet::connect::ConnectPacket;
+    use std::net::{IpAddr, SocketAddr};
+    use std::time::Instant;
+
+    let pki = Pki::new();
+    set_password(&pki.path("passwd"), "alice", PASSWORD).unwrap();
+    let security = SecurityConfig {
+        password_file: Some(pki.path("passwd")),
+        ..SecurityConfig::default()
+    };
+    let access = AccessControl::load(&security, "store secret")
+        .await
+        .unwrap();
+    let login = |user: &str, password: &str| ConnectPacket {
+        protocol_version: 5,
+        clean_start: true,
+        keep_alive: 30,
+        client_id: "c1".to_owned(),
+        username: Some(user.to_owned()),
+        password: Some(password.as_bytes().to_vec()),
+        will: None,
+        properties: mqtt5::Properties::default(),
+        will_properties: mqtt5::Properties::default(),
+    };
+    let from = |last: u8| SocketAddr::new(IpAddr::from([10, 9, 8, last]), 40_000);
+
+    // Unknown user vs wrong password, each from its own address (no throttling), measured in
+    // back-to-back pairs so that the machine's load swings cancel: the median of the pairs'
+    // ratios is within 20 % of 1.
+    let mut ratios = Vec::new();
+    for i in 0..11u8 {
+        let mut took = [0f64; 2];
+        for (slot, user, base) in [(0, "nobody", 1u8), (1, "alice", 101)] {
+            let started = Instant::now();
+            let result = access
+                .authenticate(&login(user, "guess"), from(base + i))
+                .await
+                .unwrap();
+            took[slot] = started.elapsed().as_secs_f64();
+            assert!(!result.authenticated, "{user}");
+        }
+        ratios.push(took[0] / took[1]);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!(
+        (median - 1.0).abs() <= 0.2,
+        "unknown user / wrong password time, median of 11 pairs: {median:.3} ({ratios:.3?})"
+    );
+
+    // Guesses from one address: five free, then 100, 200, 400, 800 ms before each check.
+    let guesser = from(200);
+    let started = Instant::now();
+    for _ in 0..5 {
+        let r = access
+            .authenticate(&login("alice", "guess"), guesser)
+            .await
+            .unwrap();
+        assert!(!r.authenticated);
+    }
+    let free = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..4 {
+        let r = access
+            .authenticate(&login("alice", "guess"), guesser)
+            .await
+            .unwrap();
+        assert!(!r.authenticated);
+    }
+    let throttled = started.elapsed();
+    // Sleeps never end early: a lower bound holds on any machine.
+    assert!(
+        throttled >= Duration::from_millis(100 + 200 + 400 + 800),
+        "four throttled guesses took {throttled:?} (five free ones {free:?})"
+    );
+    // Another address is not slowed, and the right password still works from it.
+    let r = access
+        .authenticate(&login("alice", PASSWORD), from(201))
+        .await
+        .unwrap();
+    assert!(r.authenticated);
+}

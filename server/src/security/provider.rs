@@ -1,8 +1,11 @@
 //! [`AccessControl`]: the embedded broker's authentication and authorization.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use mqtt5::broker::PasswordAuthProvider;
 use mqtt5::broker::auth::{AuthProvider, AuthResult, EnhancedAuthResult};
@@ -55,10 +58,94 @@ pub fn owns_topic(client_id: &str, topic: &str) -> bool {
         .is_some()
 }
 
+/// Password checks in flight at once at most: each is an argon2 verification (about 20 ms of
+/// CPU and 19 MiB of memory), run on tokio's blocking pool so that guesses never hold the
+/// broker's async workers, and bounded so that a flood of them cannot take every core.
+const PASSWORD_CHECKS: usize = 2;
+
+/// Failed logins from one address that pass without delay.
+const FREE_FAILURES: u32 = 5;
+/// The delay before the first throttled attempt; it doubles with each further failure.
+const FIRST_DELAY: Duration = Duration::from_millis(100);
+/// The longest delay between two password checks of one address.
+const MAX_DELAY: Duration = Duration::from_secs(10);
+/// An address's failures are forgotten after this long without one.
+const FORGET_AFTER: Duration = Duration::from_secs(300);
+
+/// Failed logins per source address, and when each address may next have a password checked
+/// (docs/security.md, "Logins").
+#[derive(Debug, Default)]
+struct Throttle {
+    by_address: HashMap<IpAddr, Failures>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+    /// The next attempt from this address is checked no earlier than this.
+    next_slot: Instant,
+}
+
+impl Throttle {
+    /// When an attempt from `ip` may be checked: now while it has failed at most
+    /// [`FREE_FAILURES`] times, else the next free slot, which moves on by the delay, so
+    /// that parallel connections from one address are checked one delay apart too.
+    fn slot(&mut self, ip: IpAddr, now: Instant) -> Instant {
+        let Some(f) = self.by_address.get_mut(&ip) else {
+            return now;
+        };
+        if now.duration_since(f.last) > FORGET_AFTER {
+            self.by_address.remove(&ip);
+            return now;
+        }
+        if f.count < FREE_FAILURES {
+            return now;
+        }
+        let slot = f.next_slot.max(now);
+        f.next_slot = slot + delay_after(f.count);
+        slot
+    }
+
+    fn failed(&mut self, ip: IpAddr, now: Instant) {
+        if self.by_address.len() >= 65_536 {
+            // Bounded: addresses whose failures are old go first.
+            self.by_address
+                .retain(|_, f| now.duration_since(f.last) <= FORGET_AFTER);
+        }
+        let f = self.by_address.entry(ip).or_insert(Failures {
+            count: 0,
+            last: now,
+            next_slot: now,
+        });
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        if f.count >= FREE_FAILURES {
+            f.next_slot = f.next_slot.max(now + delay_after(f.count));
+        }
+    }
+
+    fn succeeded(&mut self, ip: IpAddr) {
+        self.by_address.remove(&ip);
+    }
+}
+
+/// The wait before the next check of an address that failed `count` times (more than
+/// [`FREE_FAILURES`]): 100 ms, doubling, at most 10 s.
+fn delay_after(count: u32) -> Duration {
+    let doublings = count.saturating_sub(FREE_FAILURES).min(16);
+    FIRST_DELAY.saturating_mul(1 << doublings).min(MAX_DELAY)
+}
+
 /// Authentication (password file, K8S-SAT tokens, the store's own credentials) and
 /// authorization (own topics plus the rule file) for the embedded broker.
 pub struct AccessControl {
-    passwords: PasswordAuthProvider,
+    passwords: Arc<PasswordAuthProvider>,
+    /// A hash of a random password, verified for an unknown user so that a wrong user name
+    /// costs what a wrong password costs (no user enumeration by timing).
+    dummy_hash: Arc<str>,
+    checks: Arc<tokio::sync::Semaphore>,
+    throttle: Mutex<Throttle>,
     tokens: Option<TokenSet>,
     rules: RuleSet,
     /// Without a password or SAT file, clients connect anonymously and are not confined.
@@ -121,8 +208,12 @@ impl AccessControl {
                  with this prefix gets it; prefer user:NAME rules"
             );
         }
+        let dummy_hash = super::hash_password(&format!("{:?}", Instant::now()))?;
         Ok(AccessControl {
-            passwords: passwords.with_anonymous(!config.authenticates()),
+            passwords: Arc::new(passwords.with_anonymous(!config.authenticates())),
+            dummy_hash: Arc::from(dummy_hash),
+            checks: Arc::new(tokio::sync::Semaphore::new(PASSWORD_CHECKS)),
+            throttle: Mutex::new(Throttle::default()),
             tokens,
             rules,
             confine: config.authenticates(),
@@ -131,6 +222,57 @@ impl AccessControl {
 
     fn is_store(user: Option<&str>) -> bool {
         user == Some(STORE_USER)
+    }
+
+    fn throttle(&self) -> std::sync::MutexGuard<'_, Throttle> {
+        self.throttle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Checks a user name and password: after the address's throttle slot, on the blocking
+    /// pool (at most [`PASSWORD_CHECKS`] at once), an unknown user against a dummy hash.
+    async fn check_password(
+        &self,
+        user: &str,
+        password: &[u8],
+        client_addr: SocketAddr,
+    ) -> mqtt5::Result<AuthResult> {
+        let ip = client_addr.ip();
+        let slot = self.throttle().slot(ip, Instant::now());
+        if slot > Instant::now() {
+            tracing::info!(%client_addr, wait = ?slot - Instant::now(), "login throttled after failed attempts from this address");
+            tokio::time::sleep_until(slot.into()).await;
+        }
+        let permit = self
+            .checks
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| mqtt5::MqttError::AuthenticationFailed)?;
+        let passwords = self.passwords.clone();
+        let dummy = self.dummy_hash.clone();
+        let (user_owned, password) = (
+            user.to_owned(),
+            String::from_utf8_lossy(password).into_owned(),
+        );
+        let accepted = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            if passwords.has_user(&user_owned) {
+                passwords.verify_user_password_blocking(&user_owned, &password)
+            } else {
+                // The same work as a known user's check, and a refusal.
+                let _ = PasswordAuthProvider::verify_password(&password, &dummy);
+                false
+            }
+        })
+        .await
+        .unwrap_or(false);
+        if accepted {
+            self.throttle().succeeded(ip);
+            Ok(AuthResult::success_with_user(user.to_owned()))
+        } else {
+            self.throttle().failed(ip, Instant::now());
+            Ok(AuthResult::fail(ReasonCode::BadUsernameOrPassword))
+        }
     }
 
     fn may_publish(&self, client_id: &str, user: Option<&str>, topic: &str) -> bool {
@@ -170,7 +312,14 @@ impl AuthProvider for AccessControl {
                 tracing::warn!(client_id = %connect.client_id, %client_addr, "refused: no credentials");
                 return Ok(AuthResult::fail(ReasonCode::NotAuthorized));
             }
-            let result = self.passwords.authenticate(connect, client_addr).await?;
+            let result = match (&connect.username, &connect.password) {
+                (Some(user), Some(password)) => {
+                    self.check_password(user, password, client_addr).await?
+                }
+                // Anonymous, or a user name alone: no hash to check (the provider decides by
+                // whether anonymous clients are allowed).
+                _ => self.passwords.authenticate(connect, client_addr).await?,
+            };
             if !result.authenticated {
                 tracing::warn!(client_id = %connect.client_id, user = ?connect.username, %client_addr,
                     reason = ?result.reason_code, "refused: bad user name or password");
@@ -269,6 +418,36 @@ impl AuthProvider for AccessControl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_delay_doubles_after_the_free_failures_up_to_its_cap() {
+        assert_eq!(delay_after(FREE_FAILURES), FIRST_DELAY);
+        assert_eq!(delay_after(FREE_FAILURES + 1), FIRST_DELAY * 2);
+        assert_eq!(delay_after(FREE_FAILURES + 3), FIRST_DELAY * 8);
+        assert_eq!(delay_after(u32::MAX), MAX_DELAY);
+        let mut t = Throttle::default();
+        let (ip, t0) = (IpAddr::from([10, 0, 0, 1]), Instant::now());
+        for _ in 0..FREE_FAILURES - 1 {
+            t.failed(ip, t0);
+            assert_eq!(t.slot(ip, t0), t0);
+        }
+        t.failed(ip, t0);
+        // Two parallel attempts from the throttled address get two slots, a delay apart.
+        let first = t.slot(ip, t0);
+        let second = t.slot(ip, t0);
+        assert!(first >= t0 + FIRST_DELAY, "{:?}", first - t0);
+        assert!(second >= first + FIRST_DELAY);
+        // Another address is not slowed; a success clears the address.
+        assert_eq!(t.slot(IpAddr::from([10, 0, 0, 2]), t0), t0);
+        t.succeeded(ip);
+        assert_eq!(t.slot(ip, t0), t0);
+        // Failures are forgotten after a quiet while.
+        for _ in 0..10 {
+            t.failed(ip, t0);
+        }
+        let later = t0 + FORGET_AFTER + Duration::from_secs(1);
+        assert_eq!(t.slot(ip, later), later);
+    }
 
     #[test]
     fn ownership_of_topics() {
