@@ -325,8 +325,10 @@ async fn keys_restored_from_the_data_dir_are_shown() {
 /// pages, glob and prefix filters, and clear errors for a malformed pattern or token.
 #[tokio::test]
 async fn the_key_table_pages_through_the_store() {
-    let mut config = ServerConfig::default();
-    config.dashboard = Some(DashboardConfig::default());
+    let config = ServerConfig {
+        dashboard: Some(DashboardConfig::default()),
+        ..ServerConfig::default()
+    };
     let server = LocalServer::start_with(config).await.unwrap();
     let addr = server.dashboard_addr().unwrap();
     let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
