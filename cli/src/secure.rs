@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use mqstate_server::security::{SecurityConfig, TlsSettings};
+use mqstate_server::security::{DEFAULT_MAX_SUBSCRIPTIONS, SecurityConfig, TlsSettings};
 
 /// The default port of the TLS listener (8883, the usual MQTT-over-TLS port, is the local
 /// IoT Hub's device endpoint).
@@ -66,6 +66,11 @@ pub struct SecurityArgs {
     /// authentication: anyone who can reach the port can read and change every key.
     #[arg(long)]
     pub insecure: bool,
+
+    /// The most subscriptions one client may hold on the embedded broker; a SUBSCRIBE beyond
+    /// it gets "quota exceeded" (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SUBSCRIPTIONS)]
+    pub max_subscriptions: usize,
 }
 
 impl SecurityArgs {
@@ -86,6 +91,7 @@ impl SecurityArgs {
             sat_file: self.sat_file.clone(),
             rules_file: self.rules_file.clone(),
             insecure: self.insecure,
+            max_subscriptions_per_client: self.max_subscriptions,
         }
     }
 }

@@ -58,6 +58,9 @@ pub struct BrokerSecurity {
     pub tls: Option<(crate::security::TlsSettings, SocketAddr)>,
     /// Authentication and authorization of every client.
     pub access: Option<Arc<crate::security::AccessControl>>,
+    /// The most subscriptions one client may hold (0, the default here: no limit; the local
+    /// server passes [`crate::security::SecurityConfig::max_subscriptions_per_client`]).
+    pub max_subscriptions_per_client: usize,
 }
 
 /// Closes a client's connection on the embedded broker (its session survives; the broker
@@ -211,6 +214,7 @@ impl EmbeddedBroker {
             .with_max_packet_size(config.max_packet_size)
             .with_storage(storage)
             .with_sys_topics_enabled(false)
+            .with_max_subscriptions_per_client(security.max_subscriptions_per_client)
             .with_event_handler(Arc::new(EventForwarder { events }));
         if let Some((tls, addr)) = &security.tls {
             broker_config = broker_config.with_tls(crate::security::broker_tls_config(tls, *addr));

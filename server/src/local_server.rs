@@ -370,7 +370,10 @@ impl LocalServer {
             BrokerChoice::Embedded => {
                 let security = &config.security;
                 security.check_bind(config.bind)?;
-                let mut broker_security = BrokerSecurity::default();
+                let mut broker_security = BrokerSecurity {
+                    max_subscriptions_per_client: security.max_subscriptions_per_client,
+                    ..BrokerSecurity::default()
+                };
                 // With TLS, the plain listener stays on loopback (the store connects there).
                 let plain_ip = match &security.tls {
                     Some(tls) => {

@@ -46,8 +46,12 @@ pub struct TlsSettings {
     pub port: u16,
 }
 
-/// How the embedded broker is secured. The default is open: no TLS, anonymous, unconfined.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The most subscriptions one client of the embedded broker may hold, by default.
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1_000;
+
+/// How the embedded broker is secured. The default is open: no TLS, anonymous, unconfined,
+/// with [`DEFAULT_MAX_SUBSCRIPTIONS`] subscriptions per client.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecurityConfig {
     /// A TLS listener on the configured bind address; the plain listener then moves to
     /// 127.0.0.1 (the store itself connects there).
@@ -62,6 +66,24 @@ pub struct SecurityConfig {
     pub rules_file: Option<PathBuf>,
     /// Allow a non-loopback bind without TLS or without authentication.
     pub insecure: bool,
+    /// The most subscriptions one client may hold (0: no limit). A SUBSCRIBE beyond it is
+    /// refused with the reason code "quota exceeded" for each filter over the limit: every
+    /// subscription costs the broker's router for every publish, so one client must not be
+    /// able to slow every other (docs/security.md, "Limits").
+    pub max_subscriptions_per_client: usize,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            tls: None,
+            password_file: None,
+            sat_file: None,
+            rules_file: None,
+            insecure: false,
+            max_subscriptions_per_client: DEFAULT_MAX_SUBSCRIPTIONS,
+        }
+    }
 }
 
 impl SecurityConfig {
