@@ -9,11 +9,12 @@
 //!    Then the state is [`ConnectionState::Connected`] and requests may be sent.
 //! 2. When the connection drops: [`ConnectionState::Reconnecting`]; wait a backoff delay
 //!    (exponential, with jitter), re-read the credentials (the SAT token rotates), reconnect.
-//!    - The broker kept the session: rumqttc resends the unacknowledged requests and the
-//!      broker delivers the responses it queued, so requests in flight complete.
-//!    - It did not: no response to a request sent before can arrive any more, so each of
-//!      them fails at once with [`Error::Disconnected`] (it may or may not have been
-//!      applied, and it was not resent).
+//!    Then every request still waiting for its answer is published again with its
+//!    correlation data (see [`crate::client::rpc`], "Re-sent after a reconnection"), session
+//!    or not: a broker that kept the session may still have lost what it acknowledged (one
+//!    restarted from a snapshot), and one that lost it lost everything. The broker delivers
+//!    the responses it queued; the store answers a request it already answered from its
+//!    duplicate cache. A request fails only when its own timeout passes.
 //!
 //!    Either way the server forgot the KEYNOTIFY registrations, which the observation
 //!    manager restores (with a catch-up GET per key).
@@ -174,16 +175,16 @@ impl<E: EventSource> Session<E> {
                         std::sync::atomic::Ordering::Relaxed,
                     );
                     let first = self.ready.is_some();
-                    if !first && !session_present {
-                        self.shared.fail_all(&Error::Disconnected(
-                            "the connection was lost and the broker kept no session: the request may or may not have been applied, and it was not resent".into(),
-                        ));
-                    }
                     if first || !session_present {
+                        // At the front of the transport's queue: ahead of every request.
                         self.events.subscribe_first(&self.filters());
                         awaiting_suback = true;
                         suback_id = None;
-                    } else {
+                    }
+                    if !first {
+                        self.resend_pending(session_present);
+                    }
+                    if !first && session_present {
                         self.became_ready();
                     }
                 }
@@ -230,6 +231,7 @@ impl<E: EventSource> Session<E> {
                         break;
                     }
                     awaiting_suback = false;
+                    self.shared.connection_lost();
                     self.set_state(ConnectionState::Reconnecting);
                     let (delay, attempt) =
                         backoff.next_delay(tokio::time::Instant::now(), fastrand::f64());
@@ -250,6 +252,36 @@ impl<E: EventSource> Session<E> {
             }
         }
         self.finish();
+    }
+
+    /// Publishes again every request still waiting for its answer (after a reconnection),
+    /// through the transport's flow-controlled queue, behind the SUBSCRIBE when there is one.
+    /// A task of its own does the publishing: it may wait for room in the queue, which only
+    /// this task's polling makes.
+    fn resend_pending(&mut self, session_present: bool) {
+        let retransmitted = self.events.keep_retransmissions();
+        let requests = self.shared.requests_to_resend(&retransmitted);
+        if requests.is_empty() && retransmitted.is_empty() {
+            return;
+        }
+        tracing::info!(
+            resent = requests.len(),
+            retransmitted = retransmitted.len(),
+            session_present,
+            "reconnected: re-sending the requests still waiting for an answer"
+        );
+        if requests.is_empty() {
+            return;
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            for request in requests {
+                if shared.publisher.publish(request).await.is_err() {
+                    // The client is closing: its requests fail with it.
+                    break;
+                }
+            }
+        });
     }
 
     fn route(&self, message: crate::client::transport::IncomingMessage) {
@@ -295,17 +327,20 @@ mod tests {
     use std::pin::Pin;
     use std::sync::Mutex;
 
+    /// Records what is published; never fails.
     #[derive(Debug, Default)]
     struct NullPublisher {
         /// The filters of each `disconnect` call.
         disconnects: Mutex<Vec<Vec<String>>>,
+        sent: Mutex<Vec<OutgoingRequest>>,
     }
 
     impl Publisher for NullPublisher {
         fn publish(
             &self,
-            _request: OutgoingRequest,
+            request: OutgoingRequest,
         ) -> Pin<Box<dyn Future<Output = Result<(), ()>> + Send + '_>> {
+            self.sent.lock().unwrap().push(request);
             Box::pin(async { Ok(()) })
         }
         fn disconnect(&self, filters: &[String]) -> bool {
@@ -314,23 +349,37 @@ mod tests {
         }
     }
 
-    /// A transport that plays a script, then waits forever.
+    type Feed = mpsc::UnboundedSender<Result<TransportEvent, PollError>>;
+
+    /// A transport that plays a script, then what the test feeds it, then waits forever.
     #[derive(Debug)]
     struct Script {
         events: VecDeque<Result<TransportEvent, PollError>>,
+        more: Option<mpsc::UnboundedReceiver<Result<TransportEvent, PollError>>>,
         subscribes: Arc<Mutex<Vec<Vec<String>>>>,
         credentials: Arc<Mutex<u32>>,
+        /// What `keep_retransmissions` answers next (then nothing).
+        retransmitted: Arc<Mutex<Vec<Bytes>>>,
     }
 
     impl EventSource for Script {
         async fn poll(&mut self) -> Result<TransportEvent, PollError> {
-            match self.events.pop_front() {
-                Some(e) => e,
+            if let Some(e) = self.events.pop_front() {
+                return e;
+            }
+            match &mut self.more {
+                Some(more) => match more.recv().await {
+                    Some(e) => e,
+                    None => std::future::pending().await,
+                },
                 None => std::future::pending().await,
             }
         }
         fn subscribe_first(&mut self, filters: &[String]) {
             self.subscribes.lock().unwrap().push(filters.to_vec());
+        }
+        fn keep_retransmissions(&mut self) -> Vec<Bytes> {
+            std::mem::take(&mut *self.retransmitted.lock().unwrap())
         }
         fn set_credentials(&mut self, _u: Option<&str>, _p: Option<String>, _s: Option<Bytes>) {
             *self.credentials.lock().unwrap() += 1;
@@ -345,6 +394,9 @@ mod tests {
         subscribes: Arc<Mutex<Vec<Vec<String>>>>,
         credentials: Arc<Mutex<u32>>,
         publisher: Arc<NullPublisher>,
+        /// More events for the transport, after the script.
+        feed: Feed,
+        retransmitted: Arc<Mutex<Vec<Bytes>>>,
         task: tokio::task::JoinHandle<()>,
     }
 
@@ -356,11 +408,15 @@ mod tests {
         let (ready_tx, ready) = oneshot::channel();
         let subscribes = Arc::new(Mutex::new(Vec::new()));
         let credentials = Arc::new(Mutex::new(0));
+        let retransmitted = Arc::new(Mutex::new(Vec::new()));
+        let (feed, more) = mpsc::unbounded_channel();
         let session = Session {
             events: Script {
                 events: events.into(),
+                more: Some(more),
                 subscribes: subscribes.clone(),
                 credentials: credentials.clone(),
+                retransmitted: retransmitted.clone(),
             },
             shared: shared.clone(),
             options: ConnectOptions::default().with_reconnect(ReconnectPolicy::new(
@@ -379,6 +435,8 @@ mod tests {
             subscribes,
             credentials,
             publisher,
+            feed,
+            retransmitted,
             task: tokio::spawn(session.run()),
         }
     }
@@ -480,8 +538,62 @@ mod tests {
         h.task.await.unwrap();
     }
 
+    /// Waits until the publisher has recorded `n` requests.
+    async fn published(publisher: &NullPublisher, n: usize) {
+        for _ in 0..5000 {
+            if publisher.sent.lock().unwrap().len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!(
+            "expected {n} publishes, got {}",
+            publisher.sent.lock().unwrap().len()
+        );
+    }
+
+    fn answer(shared: &Shared, request: &OutgoingRequest, payload: &'static [u8]) {
+        shared.route_response(IncomingMessage {
+            topic: Bytes::from(request.response_topic.clone()),
+            payload: Bytes::from_static(payload),
+            correlation: Some(request.correlation.clone()),
+            user_properties: vec![
+                ("__stat".to_owned(), "200".to_owned()),
+                ("__ts".to_owned(), "1:0:StateStore".to_owned()),
+            ],
+        });
+    }
+
+    fn property<'a>(request: &'a OutgoingRequest, name: &str) -> Option<&'a str> {
+        request
+            .user_properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The request published again is the same request: topic, payload, response topic,
+    /// correlation data and every property but `__ts`.
+    fn assert_same_request(again: &OutgoingRequest, first: &OutgoingRequest) {
+        assert_eq!(again.correlation, first.correlation);
+        assert_eq!(again.topic, first.topic);
+        assert_eq!(again.payload, first.payload);
+        assert_eq!(again.response_topic, first.response_topic);
+        assert!(again.message_expiry_secs <= first.message_expiry_secs);
+        let without_ts = |r: &OutgoingRequest| -> Vec<(String, String)> {
+            r.user_properties
+                .iter()
+                .filter(|(k, _)| k != "__ts")
+                .cloned()
+                .collect()
+        };
+        assert_eq!(without_ts(again), without_ts(first));
+        assert!(property(again, "__ts").is_some());
+    }
+
     #[tokio::test]
-    async fn session_loss_fails_requests_sent_before() {
+    async fn a_reconnection_resends_the_requests_waiting_for_an_answer() {
+        use crate::client::values::SetOptions;
         let h = start(vec![
             Ok(TransportEvent::Connected {
                 session_present: false,
@@ -495,61 +607,108 @@ mod tests {
         ]);
         h.ready.await.unwrap().unwrap();
         let shared = h.shared.clone();
-        let waiter = {
+        let timeout = Duration::from_secs(30);
+        let get = |key: &'static [u8]| {
             let shared = shared.clone();
-            tokio::spawn(async move { shared.get(b"k", Duration::from_secs(30)).await })
+            tokio::spawn(async move { shared.get(key, timeout).await })
         };
-        while shared.in_flight() == 0 {
-            tokio::task::yield_now().await;
-        }
+        // Three requests in flight: a GET answered before the drop, a fenced persisted SET,
+        // and a GET that the transport will retransmit itself after the first reconnection.
+        let answered = get(b"answered");
+        published(&h.publisher, 1).await;
+        let set = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let options = SetOptions::default()
+                    .fencing_token(crate::protocol::hlc::Hlc::new(7, 1, "lock"))
+                    .persist();
+                shared.set(b"k", b"v", &options, timeout).await
+            })
+        };
+        published(&h.publisher, 2).await;
+        let retransmitted = get(b"retransmitted");
+        published(&h.publisher, 3).await;
+        let first: Vec<OutgoingRequest> = h.publisher.sent.lock().unwrap().drain(..).collect();
+        answer(&shared, &first[0], b"$-1\r\n");
+        assert!(answered.await.unwrap().unwrap().is_none());
+        assert_eq!(shared.in_flight(), 2);
+
+        // The connection drops; the broker kept the session, and the transport retransmits
+        // the third request itself: only the SET is published again, the same request.
+        h.retransmitted
+            .lock()
+            .unwrap()
+            .push(first[2].correlation.clone());
+        h.feed.send(Err("connection reset".into())).unwrap();
+        h.feed
+            .send(Ok(TransportEvent::Connected {
+                session_present: true,
+                max_packet_size: None,
+            }))
+            .unwrap();
+        wait_state(&shared, ConnectionState::Connected).await;
+        published(&h.publisher, 1).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let again: Vec<OutgoingRequest> = h.publisher.sent.lock().unwrap().drain(..).collect();
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_same_request(&again[0], &first[1]);
+        assert_eq!(
+            property(&again[0], "__ft"),
+            Some("000000000000007:00001:lock")
+        );
+        assert_eq!(property(&again[0], "aio-persistence"), Some("true"));
+        assert_eq!(shared.resent(), 1);
+
+        // Lost again, and this time the broker kept no session: both are published again
+        // (the transport retransmits nothing), after the SUBSCRIBE.
+        h.feed.send(Err("connection reset".into())).unwrap();
+        h.feed
+            .send(Ok(TransportEvent::Connected {
+                session_present: false,
+                max_packet_size: None,
+            }))
+            .unwrap();
+        published(&h.publisher, 2).await;
+        let mut again: Vec<OutgoingRequest> = h.publisher.sent.lock().unwrap().drain(..).collect();
+        assert_eq!(h.subscribes.lock().unwrap().len(), 2);
+        again.sort_by(|a, b| a.correlation.cmp(&b.correlation));
+        assert_same_request(&again[0], &first[1]);
+        assert_same_request(&again[1], &first[2]);
+        assert_eq!(shared.resent(), 3);
+        // Nothing is answered or failed meanwhile: they wait for their answers.
+        assert_eq!(shared.in_flight(), 2);
+        h.feed.send(Ok(TransportEvent::SubscribeSent(2))).unwrap();
+        h.feed
+            .send(Ok(TransportEvent::SubAck {
+                id: 2,
+                result: Ok(()),
+            }))
+            .unwrap();
+        wait_state(&shared, ConnectionState::Connected).await;
+
+        // The store answers the SET twice (the first copy and the re-sent one): the first
+        // answer completes it, the second is dropped.
+        answer(&shared, &again[0], b"+OK\r\n");
+        answer(&shared, &again[0], b"+OK\r\n");
+        let outcome = set.await.unwrap().unwrap();
+        assert!(outcome.applied);
+        assert_eq!(shared.in_flight(), 1);
+        answer(&shared, &again[1], b"$1\r\nv\r\n");
+        assert_eq!(retransmitted.await.unwrap().unwrap().unwrap().value, "v");
+        assert_eq!(shared.in_flight(), 0);
+        // A reconnection with nothing waiting publishes nothing.
+        h.feed.send(Err("connection reset".into())).unwrap();
+        h.feed
+            .send(Ok(TransportEvent::Connected {
+                session_present: true,
+                max_packet_size: None,
+            }))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(h.publisher.sent.lock().unwrap().is_empty());
+        assert_eq!(shared.resent(), 3);
         h.shutdown.send_replace(true);
         h.task.await.unwrap();
-        // Second session on the same shared state: lost connection, then no session.
-        let (tx, _commands) = mpsc::unbounded_channel();
-        let (_shutdown, shutdown_rx) = watch::channel(false);
-        shared.state.send_replace(ConnectionState::Connected);
-        let waiter2 = {
-            let shared = shared.clone();
-            tokio::spawn(async move { shared.get(b"k2", Duration::from_secs(30)).await })
-        };
-        while shared.in_flight() == 0 {
-            tokio::task::yield_now().await;
-        }
-        let subscribes = Arc::new(Mutex::new(Vec::new()));
-        let session = Session {
-            events: Script {
-                events: vec![
-                    Err("reset".into()),
-                    Ok(TransportEvent::Connected {
-                        session_present: false,
-                        max_packet_size: None,
-                    }),
-                    Ok(TransportEvent::SubscribeSent(3)),
-                    Ok(TransportEvent::SubAck {
-                        id: 3,
-                        result: Ok(()),
-                    }),
-                ]
-                .into(),
-                subscribes: subscribes.clone(),
-                credentials: Arc::new(Mutex::new(0)),
-            },
-            shared: shared.clone(),
-            options: ConnectOptions::default().with_reconnect(ReconnectPolicy::new(
-                Duration::from_millis(1),
-                Duration::from_millis(1),
-            )),
-            commands: tx,
-            shutdown: shutdown_rx,
-            ready: None,
-        };
-        let task = tokio::spawn(session.run());
-        let err = waiter2.await.unwrap().unwrap_err();
-        assert!(err.to_string().contains("kept no session"), "{err}");
-        wait_state(&shared, ConnectionState::Connected).await;
-        assert_eq!(subscribes.lock().unwrap().len(), 1);
-        assert!(waiter.await.unwrap().is_err());
-        task.abort();
     }
 
     fn announcement(id: &str) -> Result<TransportEvent, PollError> {

@@ -442,6 +442,13 @@ impl Client {
         self.inner.shared.in_flight()
     }
 
+    /// How many requests were published again after reconnections, since the client
+    /// connected (diagnostics; see docs/protocol.md, "Requests re-sent after a reconnection").
+    #[doc(hidden)]
+    pub fn requests_resent(&self) -> u64 {
+        self.inner.shared.resent()
+    }
+
     /// How many keys are registered for notifications (diagnostics).
     #[doc(hidden)]
     pub fn observed_keys(&self) -> usize {

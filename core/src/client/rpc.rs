@@ -3,9 +3,30 @@
 //!
 //! Every request gets 16 bytes of correlation data and a oneshot channel, registered in one
 //! map; the connection task routes each response on our response topic to its channel by the
-//! correlation data (unknown ones are ignored: a late answer to a request that timed out, or
-//! an answer meant for another client sharing a hex-encoded response topic). Responses are
-//! decoded on the caller's task, so the connection task only moves bytes.
+//! correlation data (unknown ones are ignored: a late answer to a request that timed out, a
+//! second answer to a request that was sent twice, or an answer meant for another client
+//! sharing a hex-encoded response topic). Responses are decoded on the caller's task, so the
+//! connection task only moves bytes.
+//!
+//! # Re-sent after a reconnection
+//!
+//! A broker may acknowledge a request (PUBACK) and then lose it: Mosquitto killed and
+//! restarted from its last snapshot restores the sessions but not what arrived after the
+//! snapshot, and a broker that lost the session loses everything queued. So when a
+//! connection is re-established, every request still waiting for its answer is published
+//! again, with its original correlation data, topic, payload and properties (a fresh `__ts`,
+//! which only feeds the clocks, and a message expiry of what is left of its timeout). A store
+//! that already answered it answers again from its duplicate cache, keyed by client id and
+//! correlation data, without applying it twice; one that never saw it applies it once; the
+//! first answer wins, a second is dropped. A request fails only when its own timeout passes.
+//!
+//! Nothing is published twice on purpose: requests published after the connection was lost
+//! are still in the transport's queue and are not re-sent, and the unacknowledged ones that
+//! the MQTT session obliges the transport to retransmit itself are left to it
+//! ([`crate::client::transport::EventSource::keep_retransmissions`]). A request handed to the
+//! transport at the very moment the connection drops may go twice; the duplicate cache makes
+//! that harmless. What is kept to re-send is the request's parts, not a copy: the payload is
+//! a shared [`Bytes`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +35,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::client::registry::Registry;
 use crate::client::transport::{IncomingMessage, OutgoingRequest, Publisher, expiry_secs};
@@ -84,9 +106,28 @@ pub(crate) struct Shared {
     pub(crate) instance: crate::instance::InstanceTracker,
     /// The broker's maximum packet size (from the last CONNACK; `u32::MAX` when unlimited).
     pub(crate) max_packet_size: std::sync::atomic::AtomicU32,
-    pending: Mutex<HashMap<Correlation, oneshot::Sender<Reply>>>,
+    pending: Mutex<HashMap<Correlation, Pending>>,
     correlation_seed: u64,
     correlation_counter: AtomicU64,
+    /// Connections lost so far: a request handed to the transport before the last loss may
+    /// have been lost with the connection (or by the broker), one handed over after it is
+    /// still in the transport's queue.
+    losses: AtomicU64,
+    /// Requests re-sent after reconnections (diagnostics).
+    resent: AtomicU64,
+}
+
+/// A request waiting for its answer, with what publishing it again needs (the payload is
+/// shared, not copied).
+#[derive(Debug)]
+struct Pending {
+    tx: oneshot::Sender<Reply>,
+    payload: Bytes,
+    fencing_token: Option<Hlc>,
+    persist: bool,
+    deadline: Instant,
+    /// [`Shared::losses`] when it was last handed to the transport.
+    sent_after: u64,
 }
 
 impl std::fmt::Debug for dyn Publisher {
@@ -134,11 +175,13 @@ impl Shared {
             pending: Mutex::new(HashMap::new()),
             correlation_seed: fastrand::u64(..),
             correlation_counter: AtomicU64::new(0),
+            losses: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
             client_id,
         }
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashMap<Correlation, oneshot::Sender<Reply>>> {
+    fn pending(&self) -> MutexGuard<'_, HashMap<Correlation, Pending>> {
         // Only map operations happen under the lock: a poisoned map is still consistent.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -172,20 +215,81 @@ impl Shared {
             tracing::debug!("response without 16-byte correlation data dropped");
             return;
         };
-        let Some(tx) = self.pending().remove(&correlation) else {
-            tracing::debug!("response for an unknown correlation id dropped (late or not ours)");
+        let Some(pending) = self.pending().remove(&correlation) else {
+            tracing::debug!(
+                "response for an unknown correlation id dropped (late, a duplicate, or not ours)"
+            );
             return;
         };
         // The caller may have given up just now; nothing to do then.
-        let _ = tx.send(Ok(Response::from_message(message)));
+        let _ = pending.tx.send(Ok(Response::from_message(message)));
     }
 
-    /// Fails every request waiting for a response (the session is gone, or the client closed).
+    /// Fails every request waiting for a response (the client closed).
     pub(crate) fn fail_all(&self, error: &Error) {
         let drained: Vec<_> = self.pending().drain().collect();
-        for (_, tx) in drained {
-            let _ = tx.send(Err(error.clone()));
+        for (_, pending) in drained {
+            let _ = pending.tx.send(Err(error.clone()));
         }
+    }
+
+    /// The connection was lost (called by the connection task before it reconnects).
+    pub(crate) fn connection_lost(&self) {
+        self.losses.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many requests were re-sent after reconnections (diagnostics).
+    pub(crate) fn resent(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
+    }
+
+    /// After a reconnection: the requests to publish again, in the order they were first
+    /// sent (see the module documentation). Those handed to the transport since the last
+    /// loss, those the transport retransmits itself (`retransmitted`, by correlation data)
+    /// and those whose timeout has passed are left out.
+    pub(crate) fn requests_to_resend(&self, retransmitted: &[Bytes]) -> Vec<OutgoingRequest> {
+        let losses = self.losses.load(Ordering::Acquire);
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let mut pending = self.pending();
+            for (correlation, p) in pending.iter_mut() {
+                if p.sent_after >= losses {
+                    continue;
+                }
+                p.sent_after = losses;
+                let remaining = p.deadline.saturating_duration_since(now);
+                if remaining.is_zero() || retransmitted.iter().any(|c| c[..] == correlation[..]) {
+                    continue;
+                }
+                due.push((
+                    *correlation,
+                    p.payload.clone(),
+                    p.fencing_token.clone(),
+                    p.persist,
+                    remaining,
+                ));
+            }
+        }
+        // The correlation data grows with each request of this client: its order is theirs.
+        due.sort_unstable_by_key(|a| a.0);
+        let mut requests = Vec::with_capacity(due.len());
+        for (correlation, payload, token, persist, remaining) in due {
+            let built = self
+                .build_request(&correlation, payload, token.as_ref(), persist, remaining)
+                .and_then(|request| self.check_size(request));
+            match built {
+                Ok(request) => requests.push(request),
+                Err(e) => {
+                    if let Some(p) = self.pending().remove(&correlation) {
+                        let _ = p.tx.send(Err(e));
+                    }
+                }
+            }
+        }
+        self.resent
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+        requests
     }
 
     /// Waits until the connection is up; `Err` if the client is closed.
@@ -249,12 +353,61 @@ impl Shared {
         }
         connected.store(true, Ordering::Relaxed);
         let correlation = self.next_correlation();
+        let request = self.build_request(
+            &correlation,
+            payload.clone(),
+            fencing_token,
+            persist,
+            timeout,
+        )?;
+        let request = self.check_size(request)?;
         let (tx, rx) = oneshot::channel();
-        self.pending().insert(correlation, tx);
+        let pending = Pending {
+            tx,
+            payload,
+            fencing_token: fencing_token.cloned(),
+            persist,
+            deadline: Instant::now() + timeout,
+            sent_after: self.losses.load(Ordering::Acquire),
+        };
+        self.pending().insert(correlation, pending);
         let _guard = PendingGuard {
             shared: self,
             correlation,
         };
+        if self.publisher.publish(request).await.is_err() {
+            return Err(Error::Disconnected("the connection is closed".into()));
+        }
+        let response = match rx.await {
+            Ok(reply) => reply?,
+            Err(_) => return Err(Error::Disconnected("the connection is closed".into())),
+        };
+        self.check_response(response)
+    }
+
+    /// Refuses a request the broker's maximum packet size (from the last CONNACK: a broker
+    /// reconnected to may have a lower one) would not let through.
+    fn check_size(&self, request: OutgoingRequest) -> Result<OutgoingRequest, Error> {
+        let limit = self.max_packet_size.load(Ordering::Relaxed);
+        let size = request.packet_size_bound();
+        if u32::try_from(size).map_or(true, |size| size > limit) {
+            return Err(Error::InvalidArgument(format!(
+                "the request would be a packet of up to {size} bytes, more than the broker's maximum packet size of {limit} bytes"
+            )));
+        }
+        Ok(request)
+    }
+
+    /// The PUBLISH of a request: the protocol's properties around `payload`, a fresh `__ts`,
+    /// and a message expiry of `timeout` (whole seconds, rounded up).
+    fn build_request(
+        &self,
+        correlation: &Correlation,
+        payload: Bytes,
+        fencing_token: Option<&Hlc>,
+        persist: bool,
+        timeout: Duration,
+    ) -> Result<OutgoingRequest, Error> {
         let ts = self.clock.send_update_text()?;
         let mut user_properties = Vec::with_capacity(7);
         user_properties.push(("__srcId".to_owned(), self.client_id.clone()));
@@ -269,29 +422,14 @@ impl Shared {
         }
         user_properties.push(("$partition".to_owned(), self.client_id.clone()));
         user_properties.push(("$high_priority".to_owned(), String::new()));
-        let request = OutgoingRequest {
+        Ok(OutgoingRequest {
             topic: topics::REQUEST_TOPIC,
             payload,
             response_topic: self.response_topic.clone(),
-            correlation: Bytes::copy_from_slice(&correlation),
+            correlation: Bytes::copy_from_slice(correlation),
             message_expiry_secs: expiry_secs(timeout),
             user_properties,
-        };
-        let limit = self.max_packet_size.load(Ordering::Relaxed);
-        let size = request.packet_size_bound();
-        if u32::try_from(size).map_or(true, |size| size > limit) {
-            return Err(Error::InvalidArgument(format!(
-                "the request would be a packet of up to {size} bytes, more than the broker's maximum packet size of {limit} bytes"
-            )));
-        }
-        if self.publisher.publish(request).await.is_err() {
-            return Err(Error::Disconnected("the connection is closed".into()));
-        }
-        let response = match rx.await {
-            Ok(reply) => reply?,
-            Err(_) => return Err(Error::Disconnected("the connection is closed".into())),
-        };
-        self.check_response(response)
+        })
     }
 
     /// `__stat` must be 200; `__ts`, when present, must parse and is merged into the clock.
@@ -782,6 +920,84 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
         assert!(rec.sent.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn requests_handed_over_before_a_loss_are_resent_once_with_their_correlation() {
+        let (s, rec) = shared();
+        let spawn_get = |key: &'static [u8]| {
+            let s = s.clone();
+            tokio::spawn(async move { s.get(key, Duration::from_secs(30)).await })
+        };
+        let a = spawn_get(b"a");
+        sent(&rec, 1).await;
+        let b = spawn_get(b"b");
+        sent(&rec, 2).await;
+        // Nothing was lost: nothing to re-send.
+        assert!(s.requests_to_resend(&[]).is_empty());
+        s.connection_lost();
+        // Handed over after the loss: still in the transport's queue, not re-sent.
+        let c = spawn_get(b"c");
+        sent(&rec, 3).await;
+        let first: Vec<OutgoingRequest> = rec.sent.lock().unwrap().drain(..).collect();
+        // The transport retransmits `b` itself: only `a` is published again.
+        let again = s.requests_to_resend(std::slice::from_ref(&first[1].correlation));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].correlation, first[0].correlation);
+        assert_eq!(again[0].payload, first[0].payload);
+        assert!(again[0].message_expiry_secs <= first[0].message_expiry_secs);
+        // Once per reconnection.
+        assert!(s.requests_to_resend(&[]).is_empty());
+        // Lost again: all three, oldest first.
+        s.connection_lost();
+        let again = s.requests_to_resend(&[]);
+        let correlations: Vec<&Bytes> = again.iter().map(|r| &r.correlation).collect();
+        assert_eq!(
+            correlations,
+            [
+                &first[0].correlation,
+                &first[1].correlation,
+                &first[2].correlation
+            ]
+        );
+        assert_eq!(s.resent(), 4);
+        // Each is answered twice (first copy and re-sent one): the second answer is dropped.
+        for (request, value) in first
+            .iter()
+            .zip([&b"$1\r\na\r\n"[..], b"$-1\r\n", b"$-1\r\n"])
+        {
+            for _ in 0..2 {
+                s.route_response(IncomingMessage {
+                    topic: Bytes::new(),
+                    payload: Bytes::copy_from_slice(value),
+                    correlation: Some(request.correlation.clone()),
+                    user_properties: vec![
+                        ("__stat".into(), "200".into()),
+                        ("__ts".into(), "1:0:S".into()),
+                    ],
+                });
+            }
+        }
+        assert_eq!(a.await.unwrap().unwrap().unwrap().value, "a");
+        assert!(b.await.unwrap().unwrap().is_none());
+        assert!(c.await.unwrap().unwrap().is_none());
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_past_its_timeout_is_not_resent() {
+        let (s, rec) = shared();
+        let t = {
+            let s = s.clone();
+            tokio::spawn(async move { s.get(b"k", Duration::from_millis(30)).await })
+        };
+        sent(&rec, 1).await;
+        // Its entry stays until its timer fires; past the deadline it is not re-sent.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        s.connection_lost();
+        assert!(s.requests_to_resend(&[]).is_empty());
+        let err = t.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Timeout(_)), "{err}");
     }
 
     #[tokio::test]

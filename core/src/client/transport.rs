@@ -152,6 +152,13 @@ pub(crate) trait EventSource: Send + 'static {
     /// Sends a SUBSCRIBE to `filters` (QoS 1) before anything else queued.
     fn subscribe_first(&mut self, filters: &[String]);
 
+    /// Called on every CONNACK after a lost connection, before anything is sent: drops from
+    /// the transport's own queue every request it would send again by itself, except those
+    /// the MQTT session obliges it to retransmit (sent, not acknowledged, and the broker kept
+    /// the session), and returns the correlation data of those it keeps. The client re-sends
+    /// every other request still waiting for its answer (see [`crate::client::rpc`]).
+    fn keep_retransmissions(&mut self) -> Vec<Bytes>;
+
     /// Credentials for the next connection attempt.
     fn set_credentials(
         &mut self,
@@ -357,6 +364,36 @@ impl EventSource for RumqttcEvents {
             .push_front(Request::Subscribe(subscribe));
     }
 
+    fn keep_retransmissions(&mut self) -> Vec<Bytes> {
+        // On a lost connection rumqttc 0.25 moves into `pending` both the publishes it sent
+        // and that were not acknowledged (with their packet ids) and every request still in
+        // the channel (packet id 0, never sent); without a session it clears `pending` before
+        // the CONNACK reaches us, with one it sends all of `pending` first. Rather than rely on
+        // that, the client re-sends every unanswered request itself (rumqttc cannot know that
+        // a request it had sent and got a PUBACK for was lost). So the never-sent ones go from
+        // `pending`, or they would be published twice; and `pending` bypasses rumqttc's flow
+        // control (the receive maximum, and its one-slot handling of packet id collisions),
+        // which the channel respects. The retransmissions with their original packet ids stay,
+        // as MQTT requires of a resumed session (at most the receive maximum of them, each in
+        // its own slot), and the client does not publish those a second time.
+        let mut kept = Vec::new();
+        self.eventloop.pending.retain(|request| match request {
+            Request::Publish(publish) if publish.pkid == 0 => false,
+            Request::Publish(publish) => {
+                if let Some(correlation) = publish
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.correlation_data.clone())
+                {
+                    kept.push(correlation);
+                }
+                true
+            }
+            _ => true,
+        });
+        kept
+    }
+
     fn set_credentials(
         &mut self,
         username: Option<&str>,
@@ -454,6 +491,37 @@ mod tests {
         let exact = publish.size();
         assert!(bound >= exact, "{bound} < {exact}");
         assert!(bound - exact <= 8, "{bound} is too loose for {exact}");
+    }
+
+    #[test]
+    fn only_the_sessions_retransmissions_stay_in_the_transport_queue() {
+        use rumqttc::v5::mqttbytes::v5::Publish;
+        let (_, mut events) =
+            rumqttc_transport(&ConnectOptions::new("127.0.0.1", 1883), "c").unwrap();
+        let publish = |pkid: u16, correlation: &'static [u8]| {
+            let mut p = Publish::new(
+                crate::protocol::topics::REQUEST_TOPIC,
+                QoS::AtLeastOnce,
+                Bytes::from_static(b"payload"),
+                Some(PublishProperties {
+                    correlation_data: Some(Bytes::from_static(correlation)),
+                    ..PublishProperties::default()
+                }),
+            );
+            p.pkid = pkid;
+            Request::Publish(p)
+        };
+        let pending = &mut events.eventloop.pending;
+        pending.push_back(publish(3, b"sent, not acknowledged"));
+        pending.push_back(publish(0, b"never sent"));
+        pending.push_back(Request::PingReq);
+        let kept = events.keep_retransmissions();
+        assert_eq!(kept, [Bytes::from_static(b"sent, not acknowledged")]);
+        assert_eq!(events.eventloop.pending.len(), 2);
+        assert!(matches!(
+            &events.eventloop.pending[0],
+            Request::Publish(p) if p.pkid == 3
+        ));
     }
 
     #[test]
