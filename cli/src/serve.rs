@@ -3,8 +3,10 @@
 
 use std::net::IpAddr;
 
+use crate::duration::parse_duration;
 use clap::Args;
 use mqstate_server::persist::PersistMode;
+use mqstate_server::reconnect::StoreReconnect;
 use mqstate_server::{
     BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
     parse_broker_url,
@@ -28,6 +30,14 @@ pub struct ServeArgs {
     /// registrations.
     #[arg(long, value_name = "URL", conflicts_with_all = ["port", "bind", "max_packet_size"])]
     pub broker: Option<String>,
+
+    /// Longest wait between two attempts of the store to reconnect to its broker (with
+    /// --broker: after a broker restart). After every loss the store tries again within 50 ms,
+    /// doubling the wait up to this cap (with jitter), and never waits longer because of
+    /// earlier losses; so it answers again within about this long of the broker being back.
+    /// From 10ms to 1h. [default: 500ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub reconnect_max_delay: Option<std::time::Duration>,
 
     /// Key quota: a SET that would create more keys fails with "the quota has been exceeded"
     /// (default: no limit).
@@ -96,6 +106,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         config = config.with_data_dir(dir, args.persist);
     }
     config.security = args.security.to_config();
+    if let Some(max_delay) = args.reconnect_max_delay {
+        config.reconnect = StoreReconnect::with_max_delay(max_delay)
+            .map_err(|e| format!("--reconnect-max-delay: {e}"))?;
+    }
     if let Some(url) = &args.broker {
         if url.starts_with("mqtt://") || url.starts_with("mqtts://") {
             // The core client's URL reader: TLS, credentials and their files.

@@ -154,6 +154,8 @@ async fn serve_attached_to_mosquitto() {
     let mut serve = Serve::start(&[
         "--broker",
         &mosquitto.url(),
+        "--reconnect-max-delay",
+        "250ms",
         "--log",
         "warn",
         "--iothub-port",
@@ -183,6 +185,7 @@ fn serve_help_documents_every_flag() {
         "--log",
         "--no-dashboard",
         "--dashboard-edit",
+        "--reconnect-max-delay",
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
@@ -197,4 +200,18 @@ fn serve_refuses_a_bad_broker_url() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("only mqtt://"), "{err}");
+}
+
+#[test]
+fn serve_refuses_a_reconnect_max_delay_out_of_range() {
+    for (value, expected) in [("1ms", "from 10ms to 1h"), ("soon", "500ms")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mqstate"))
+            .args(["serve", "--reconnect-max-delay", value, "--no-iothub"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{value} accepted");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("reconnect-max-delay"), "{value}: {err}");
+        assert!(err.contains(expected), "{value}: {err}");
+    }
 }

@@ -14,7 +14,8 @@
 //! - [`dedup`]: the duplicate-request cache.
 //! - [`scan`]: `SCAN` pages and their continuation tokens.
 //! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
-//! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store.
+//! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store;
+//!   [`reconnect`]: how it reconnects to its broker (promptly, never backing off for long).
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
 //! - [`security`]: TLS, authentication and per-client topic confinement of the embedded
 //!   broker (`docs/security.md`).
@@ -49,6 +50,7 @@ pub mod iothub;
 mod local_server;
 pub mod mosquitto_log;
 pub mod persist;
+pub mod reconnect;
 pub mod registrations;
 pub mod scan;
 pub mod security;

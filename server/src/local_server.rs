@@ -13,6 +13,7 @@ use crate::dedup::DedupLimits;
 use crate::error::ServerError;
 use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
 use crate::persist::{PersistMode, Persistence};
+use crate::reconnect::StoreReconnect;
 use crate::security::{AccessControl, SecurityConfig};
 use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
@@ -83,6 +84,10 @@ pub struct ServerConfig {
     /// is the server's one use of the core's client layer (feature `client`, on by default).
     #[cfg(feature = "client")]
     pub attach: Option<mqstate::ConnectOptions>,
+    /// How the store reconnects when it loses its broker (attach mode: a broker restart):
+    /// promptly after every loss, at most [`crate::reconnect::DEFAULT_MAX_DELAY`] (500 ms)
+    /// between attempts by default; see [`crate::reconnect`].
+    pub reconnect: StoreReconnect,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -103,7 +108,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("dashboard", &self.dashboard)
             .field("data_dir", &self.data_dir)
             .field("persist_mode", &self.persist_mode)
-            .field("security", &self.security);
+            .field("security", &self.security)
+            .field("reconnect", &self.reconnect);
         #[cfg(feature = "client")]
         d.field("attach", &self.attach);
         d.finish()
@@ -131,6 +137,7 @@ impl Default for ServerConfig {
             security: SecurityConfig::default(),
             #[cfg(feature = "client")]
             attach: None,
+            reconnect: StoreReconnect::default(),
         }
     }
 }
@@ -336,6 +343,7 @@ impl LocalServer {
 
     /// Starts with the given settings; returns once the store answers requests.
     pub async fn start_with(config: ServerConfig) -> Result<LocalServer, ServerError> {
+        config.reconnect.check()?;
         let handler = HandlerConfig {
             max_keys: config.max_keys,
             node_id: config.node_id.clone(),
@@ -437,6 +445,7 @@ impl LocalServer {
         };
         service_config.handler = handler;
         service_config.dedup = config.dedup;
+        service_config.reconnect = config.reconnect;
         service_config.connect_timeout = config.connect_timeout;
         service_config.trust_broker_client_id = embedded;
         service_config.disconnector = broker.as_ref().map(EmbeddedBroker::disconnector);

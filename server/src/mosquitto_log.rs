@@ -52,15 +52,38 @@ const DISCONNECT_SUFFIXES: &[&str] = &[
     " already connected, closing old connection.",
 ];
 
-/// Reads one log line (with or without its `{unix time}: ` prefix).
-pub fn parse_line(line: &str) -> Option<BrokerEvent> {
+/// The line's text without its `{unix time}: ` prefix and line end.
+fn text_of(line: &str) -> &str {
     let line = line.trim_end_matches(['\r', '\n']);
-    let text = match line.split_once(": ") {
+    match line.split_once(": ") {
         Some((stamp, rest)) if !stamp.is_empty() && stamp.bytes().all(|b| b.is_ascii_digit()) => {
             rest
         }
         _ => line,
-    };
+    }
+}
+
+/// The client id of a takeover line (`Client {id} already connected, closing old
+/// connection.`): another client connected with that id. Mosquitto 2.0.11 closes the old
+/// connection without a DISCONNECT "session taken over", so this line (published to the old
+/// connection too when it subscribes to the log, just before the close) is how the state
+/// store learns that its own id was taken.
+///
+/// ```
+/// use mqstate_server::mosquitto_log::taken_over;
+///
+/// assert_eq!(taken_over("1: Client my store already connected, closing old connection."), Some("my store"));
+/// assert_eq!(taken_over("1: Client my store disconnected."), None);
+/// ```
+pub fn taken_over(line: &str) -> Option<&str> {
+    text_of(line)
+        .strip_prefix("Client ")?
+        .strip_suffix(" already connected, closing old connection.")
+}
+
+/// Reads one log line (with or without its `{unix time}: ` prefix).
+pub fn parse_line(line: &str) -> Option<BrokerEvent> {
+    let text = text_of(line);
     if let Some(rest) = text.strip_prefix("New client connected from ") {
         // `{addr}:{port} as {id} (p5, c1, k60)` or `... (p5, c1, k60, u'user')`.
         let (_, after) = rest.split_once(" as ")?;

@@ -4,7 +4,11 @@
 //!
 //! Two tasks:
 //! - the *event loop* task polls rumqttc (TCP_NODELAY on), subscribes again after every
-//!   CONNACK, and forwards incoming requests;
+//!   CONNACK, and forwards incoming requests; after a lost connection it waits as the store's
+//!   own [`StoreReconnect`] policy says (promptly, never longer because of earlier losses)
+//!   before polling again, which makes rumqttc reconnect, and logs the loss, each failed
+//!   attempt and the reconnection. A takeover of the store's client id is logged as a
+//!   security event and does not slow the store down either;
 //! - the *store* task owns the [`Handler`] and the [`DedupCache`]; it answers requests,
 //!   publishes notifications, applies the broker's connection events, and wakes exactly at the
 //!   next expiry deadline to send DELETE notifications of expired keys.
@@ -23,7 +27,9 @@ use bytes::Bytes;
 use mqstate::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
 use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Filter, Packet, Publish, PublishProperties, SubscribeReasonCode};
+use rumqttc::v5::mqttbytes::v5::{
+    DisconnectReasonCode, Filter, Packet, Publish, PublishProperties, SubscribeReasonCode,
+};
 use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -35,6 +41,7 @@ use crate::error::ServerError;
 use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
 use crate::mosquitto_log;
 use crate::persist::{self, MAX_BATCH, Persistence};
+use crate::reconnect::StoreReconnect;
 
 /// `__stat`: the status property on every response.
 pub const STATUS_PROPERTY: &str = "__stat";
@@ -120,6 +127,9 @@ pub struct ServiceConfig {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// A K8S-SAT token for the broker (attach mode).
     pub sat: Option<bytes::Bytes>,
+    /// How the store reconnects after losing the broker (default: promptly, at most
+    /// [`crate::reconnect::DEFAULT_MAX_DELAY`] between attempts).
+    pub reconnect: StoreReconnect,
 }
 
 impl ServiceConfig {
@@ -143,6 +153,7 @@ impl ServiceConfig {
             confine_response_topics: false,
             tls: None,
             sat: None,
+            reconnect: StoreReconnect::default(),
         }
     }
 }
@@ -187,6 +198,7 @@ impl Service {
         config: ServiceConfig,
         broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
     ) -> Result<Service, ServerError> {
+        config.reconnect.check()?;
         let handler = persist::handler(config.handler.clone(), config.persistence.as_ref())?;
         let mut options = MqttOptions::new(config.client_id.clone(), &config.host, config.port);
         options
@@ -240,6 +252,8 @@ impl Service {
                 packet_limit: limit.clone(),
                 last_error: last_error.clone(),
                 instance_id: config.instance_id.clone(),
+                client_id: config.client_id.clone(),
+                reconnect: config.reconnect,
             },
         ));
         let handler_node_id = handler.clock().node_id().to_owned();
@@ -330,9 +344,150 @@ struct PollSettings {
     last_error: Arc<Mutex<Option<String>>>,
     /// Announced on [`INSTANCE_TOPIC`] after every granted subscription.
     instance_id: String,
+    /// The store's own client id, to recognise a takeover of it in Mosquitto's log.
+    client_id: String,
+    /// The delays between reconnection attempts.
+    reconnect: StoreReconnect,
 }
 
-/// Polls the MQTT connection; rumqttc reconnects on the next poll after an error.
+/// An outage: from a lost connection (or the first failed connection) to the next CONNACK.
+struct Outage {
+    since: Instant,
+    /// Reconnection attempts that failed so far.
+    failed: u32,
+}
+
+/// What the event loop knows of its connection, for the reconnection policy and its logs.
+#[derive(Default)]
+struct Link {
+    outage: Option<Outage>,
+    /// Whether a CONNACK was ever received (a failure before it is a failed start).
+    connected_once: bool,
+    /// Whether a takeover of the store's client id was reported since the last CONNACK
+    /// (Mosquitto's log line and a DISCONNECT "session taken over" may both tell it).
+    taken_over: bool,
+    /// When Mosquitto's log said "{our id} already connected, closing old connection" while
+    /// the store was connected. It is a takeover only if the connection is lost right after:
+    /// the same line follows the store's own reconnection when Mosquitto still held its
+    /// previous, half-dead connection (the new connection resumes the session, log
+    /// subscription included, and receives it), and that connection stays up.
+    takeover_hint: Option<Instant>,
+}
+
+/// How soon after Mosquitto's takeover line the connection must drop for it to count.
+const TAKEOVER_HINT_WINDOW: Duration = Duration::from_secs(2);
+
+impl Link {
+    /// Logs a takeover of the store's client id as the security event it is (once per
+    /// connection): whoever connected with it receives the requests and could answer them.
+    fn taken_over(&mut self, client_id: &str, seen_in: &str) {
+        if !self.taken_over {
+            self.taken_over = true;
+            tracing::warn!(
+                client_id,
+                seen_in,
+                security_event = "client id takeover",
+                "another client connected with the state store's client id and took over its \
+                 session (a second store with the same id, or a client impersonating the store); \
+                 the store reconnects at once"
+            );
+        }
+    }
+
+    /// Mosquitto's log says another connection with the store's client id came in: during an
+    /// outage it was the one that took the store's connection; while connected, it is a
+    /// takeover if the connection drops next (see [`Link::takeover_hint`]).
+    fn takeover_line(&mut self, client_id: &str) {
+        if self.outage.is_some() {
+            self.taken_over(client_id, "Mosquitto's log");
+        } else {
+            self.takeover_hint = Some(Instant::now());
+        }
+    }
+
+    /// Records a failed poll; returns how long to wait before the next attempt, having
+    /// logged the loss (warn) or the failed attempt (info, then every 60th once the outage
+    /// is long).
+    fn failed(
+        &mut self,
+        policy: &StoreReconnect,
+        cause: &rumqttc::v5::ConnectionError,
+    ) -> Duration {
+        let connected_once = self.connected_once;
+        let taken_over = self.taken_over;
+        match &mut self.outage {
+            None => {
+                self.outage = Some(Outage {
+                    since: Instant::now(),
+                    failed: 0,
+                });
+                let delay = policy.delay(1);
+                if connected_once {
+                    tracing::warn!(
+                        cause = %cause,
+                        taken_over,
+                        retry_in = ?delay,
+                        attempt = 1,
+                        "state store lost its connection to the broker; reconnecting"
+                    );
+                } else {
+                    tracing::warn!(cause = %cause, retry_in = ?delay, attempt = 1, "state store cannot connect to the broker; retrying");
+                }
+                delay
+            }
+            Some(outage) => {
+                outage.failed = outage.failed.saturating_add(1);
+                let next = outage.failed.saturating_add(1);
+                let delay = policy.delay(next);
+                if outage.failed <= 10 || outage.failed % 60 == 0 {
+                    tracing::info!(
+                        cause = %cause,
+                        failed_attempts = outage.failed,
+                        down_for = ?outage.since.elapsed(),
+                        retry_in = ?delay,
+                        attempt = next,
+                        "state store reconnection attempt failed"
+                    );
+                } else {
+                    tracing::debug!(cause = %cause, attempt = next, retry_in = ?delay, "state store reconnection attempt failed");
+                }
+                delay
+            }
+        }
+    }
+
+    /// Records a CONNACK, logging the reconnection that ends an outage.
+    fn connected(&mut self, session_present: bool) {
+        if let Some(outage) = self.outage.take()
+            && self.connected_once
+        {
+            tracing::info!(
+                down_for = ?outage.since.elapsed(),
+                attempts = outage.failed.saturating_add(1),
+                session_present,
+                "state store reconnected to the broker"
+            );
+        }
+        self.connected_once = true;
+        self.taken_over = false;
+    }
+}
+
+/// Whether the broker closed the connection because another client connected with the same
+/// client id (MQTT 5 DISCONNECT reason 0x8E; Mosquitto 2.0.11 closes without one and says
+/// it in its log instead, see [`mosquitto_log::taken_over`]).
+fn is_takeover(e: &rumqttc::v5::ConnectionError) -> bool {
+    matches!(
+        e,
+        rumqttc::v5::ConnectionError::MqttState(rumqttc::v5::StateError::ServerDisconnect {
+            reason_code: DisconnectReasonCode::SessionTakenOver,
+            ..
+        })
+    )
+}
+
+/// Polls the MQTT connection. rumqttc reconnects on the next poll after an error; the wait
+/// before that poll is the store's own [`StoreReconnect`] policy.
 async fn poll_loop(
     mut eventloop: EventLoop,
     client: AsyncClient,
@@ -346,10 +501,12 @@ async fn poll_loop(
         packet_limit,
         last_error,
         instance_id,
+        client_id,
+        reconnect,
     } = settings;
     let own_limit = packet_limit.load(Ordering::Relaxed);
     let mut ready = Some(ready);
-    let mut backoff = Duration::from_millis(50);
+    let mut link = Link::default();
     loop {
         let event = tokio::select! {
             biased;
@@ -360,6 +517,11 @@ async fn poll_loop(
             Ok(Event::Incoming(Packet::Publish(publish))) => {
                 let qos = publish.qos;
                 let item = if publish.topic.starts_with(b"$SYS/") {
+                    if mosquitto_log::taken_over(&String::from_utf8_lossy(&publish.payload))
+                        == Some(client_id.as_str())
+                    {
+                        link.takeover_line(&client_id);
+                    }
                     Input::Log(publish)
                 } else {
                     Input::Request(publish)
@@ -378,7 +540,7 @@ async fn poll_loop(
                 }
             }
             Ok(Event::Incoming(Packet::ConnAck(ack))) => {
-                backoff = Duration::from_millis(50);
+                link.connected(ack.session_present);
                 tracing::debug!(
                     session_present = ack.session_present,
                     "state store connected"
@@ -437,21 +599,27 @@ async fn poll_loop(
                     );
                 }
             }
-            Ok(Event::Incoming(Packet::Disconnect(d))) => {
-                tracing::warn!(reason = ?d.reason_code, "the broker disconnected the state store");
-            }
+            // (rumqttc reports the broker's DISCONNECT as an error, below.)
             Ok(_) => {}
             Err(e) => {
                 if *shutdown.borrow() {
                     break;
                 }
-                tracing::warn!(error = %e, retry_in = ?backoff, "state store connection error");
+                if is_takeover(&e) {
+                    link.taken_over(&client_id, "the broker's DISCONNECT");
+                } else if link
+                    .takeover_hint
+                    .take()
+                    .is_some_and(|at| at.elapsed() < TAKEOVER_HINT_WINDOW)
+                {
+                    link.taken_over(&client_id, "Mosquitto's log");
+                }
+                let delay = link.failed(&reconnect, &e);
                 *last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
                 tokio::select! {
                     _ = shutdown.changed() => break,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
