@@ -160,18 +160,28 @@ impl ServiceConfig {
 
 /// A random instance id: 16 hex digits.
 pub fn new_instance_id() -> String {
-    format!("{:016x}", fastrand::u64(..))
+    format!("{:016x}", random_u64())
 }
 
-/// A client id unique to this process and start.
+/// The store's client id when none is configured: random per start, so that no other client
+/// can know it in advance (docs/security.md, "Client ids").
 fn default_client_id() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "mqstate-statestore-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("mqstate-statestore-{:016x}", random_u64())
+}
+
+/// 64 bits from the operating system's random generator (`fastrand`, seeded from the clock
+/// and the thread, only if the OS has none to give: a predictable id is then better than no
+/// server).
+fn random_u64() -> u64 {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 8];
+    match ring::rand::SystemRandom::new().fill(&mut bytes) {
+        Ok(()) => u64::from_be_bytes(bytes),
+        Err(_) => {
+            tracing::warn!("no randomness from the OS: the store's ids are not random");
+            fastrand::u64(..)
+        }
+    }
 }
 
 /// What the store task receives from the event loop task.

@@ -936,3 +936,88 @@ async fn subscriptions_per_client_are_limited_and_a_flood_does_not_slow_the_othe
     client.close().await;
     server.shutdown().await;
 }
+
+/// A client id belongs to the identity that first connects with it: another user connecting
+/// with alice's id is refused (and alice is neither disconnected nor locked out of her
+/// session), the store's own id cannot be claimed by a user, and the id `statestore` (whose
+/// topic tree holds every client's notifications) is refused to everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ids_belong_to_the_identity_that_holds_them() {
+    let pki = Pki::new();
+    set_password(&pki.path("passwd"), "bob", PASSWORD).unwrap();
+    let server = LocalServer::start_with(ServerConfig {
+        security: SecurityConfig {
+            password_file: Some(pki.path("passwd")),
+            ..SecurityConfig::default()
+        },
+        client_id: Some("the-store-id".to_owned()),
+        ..ServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let persistent = |o: &mut MqttOptions| {
+        o.set_clean_start(false);
+        o.set_session_expiry_interval(Some(3600));
+    };
+    // alice holds "shared" with a kept session.
+    let (held, mut held_events) = connect_raw(&server, "shared", |o| {
+        alice(o);
+        persistent(o);
+    })
+    .await
+    .unwrap();
+    // bob, with his own good password, cannot take it over.
+    let refused = connect_raw(&server, "shared", |o| {
+        o.set_credentials("bob", PASSWORD);
+        persistent(o);
+    })
+    .await;
+    assert_eq!(refused.err(), Some(ConnectReturnCode::NotAuthorized));
+    // alice is still connected, and gets her own notifications (nothing disturbed her).
+    held.subscribe("clients/shared/x", QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    assert!(matches!(
+        suback(&mut held_events).await,
+        SubscribeReasonCode::Success(_)
+    ));
+    held.disconnect().await.unwrap();
+    let _ = drain(&mut held_events, Duration::from_millis(300)).await;
+    // She comes back to her session; bob still cannot.
+    let back = connect_raw(&server, "shared", |o| {
+        alice(o);
+        persistent(o);
+    })
+    .await;
+    assert!(back.is_ok(), "alice locked out: {:?}", back.err());
+    let refused = connect_raw(&server, "shared", |o| {
+        o.set_credentials("bob", PASSWORD);
+    })
+    .await;
+    assert_eq!(refused.err(), Some(ConnectReturnCode::NotAuthorized));
+
+    // The store's own client id is the store's: a user cannot claim it, and the store keeps
+    // answering.
+    let refused = connect_raw(&server, "the-store-id", |o| {
+        alice(o);
+        persistent(o);
+    })
+    .await;
+    assert_eq!(refused.err(), Some(ConnectReturnCode::NotAuthorized));
+    let client = Client::connect(
+        ConnectOptions::new(server.host(), server.port()).with_credentials("bob", PASSWORD),
+    )
+    .await
+    .unwrap();
+    client.set("k", "v", SetOptions::default()).await.unwrap();
+    assert_eq!(&client.get("k").await.unwrap().unwrap().value[..], b"v");
+
+    // `statestore` is reserved.
+    let refused = connect_raw(&server, "statestore", alice).await;
+    assert_eq!(
+        refused.err(),
+        Some(ConnectReturnCode::ClientIdentifierNotValid)
+    );
+    client.close().await;
+    server.shutdown().await;
+}
