@@ -24,7 +24,7 @@ pub enum ServerError {
     },
     /// The local IoT Hub could not start.
     #[error("IoT Hub: {0}")]
-    IotHub(#[from] crate::iothub::IotHubError),
+    IotHub(crate::iothub::IotHubError),
     /// The `mosquitto` binary is not installed (test helper).
     #[error(
         "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
@@ -41,6 +41,16 @@ pub enum ServerError {
     /// Mosquitto started but did not accept connections (test helper).
     #[error("mosquitto did not start: {0}")]
     MosquittoFailed(String),
+}
+
+impl From<crate::iothub::IotHubError> for ServerError {
+    /// The hub's data dir errors are data dir errors, like the store's.
+    fn from(e: crate::iothub::IotHubError) -> Self {
+        match e {
+            crate::iothub::IotHubError::DataDir(text) => ServerError::DataDir(text),
+            other => ServerError::IotHub(other),
+        }
+    }
 }
 
 impl ServerError {

@@ -70,8 +70,10 @@ pub struct ServerConfig {
     /// The web dashboard, served by the IoT Hub's admin API server, or by a server of its own
     /// when `iothub` is off (see [`crate::dashboard::DashboardConfig::standalone_addr`]).
     pub dashboard: Option<crate::dashboard::DashboardConfig>,
-    /// Keep keys (and the embedded broker's sessions) in this directory, so that they
-    /// survive a restart or a crash (`None`: in memory only). See [`crate::persist`].
+    /// Keep keys (and the embedded broker's sessions, and the IoT Hub's registry, queues and
+    /// feedback unless [`crate::iothub::IotHubConfig::data_dir`] names another directory) in
+    /// this directory, so that they survive a restart or a crash (`None`: in memory only).
+    /// See [`crate::persist`].
     pub data_dir: Option<std::path::PathBuf>,
     /// Which keys a data dir keeps: every key (default) or those SET with `persist`.
     pub persist_mode: PersistMode,
@@ -471,7 +473,11 @@ impl LocalServer {
             }
         };
         let iothub = match config.iothub {
-            Some(hub_config) => {
+            Some(mut hub_config) => {
+                // With a data dir, the hub keeps its state there too (`iothub.redb`).
+                if hub_config.data_dir.is_none() {
+                    hub_config.data_dir.clone_from(&config.data_dir);
+                }
                 match start_hub(hub_config, config.dashboard, monitor.clone(), &host, port).await {
                     Ok(hub) => Some(hub),
                     Err(e) => {

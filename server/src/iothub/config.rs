@@ -104,6 +104,10 @@ pub struct IotHubConfig {
     pub max_keep_alive: Duration,
     /// How long a new connection has to send its CONNECT.
     pub connect_timeout: Duration,
+    /// Keep the hub's state (registry, queues, feedback) in `DIR/iothub.redb` so that it
+    /// survives a restart or a crash (`None`: in memory only). `mqstate serve --data-dir`
+    /// sets it to its data dir ([`crate::ServerConfig::data_dir`]).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for IotHubConfig {
@@ -130,6 +134,7 @@ impl Default for IotHubConfig {
             telemetry_capacity: 1000,
             max_keep_alive: Duration::from_secs(1177),
             connect_timeout: Duration::from_secs(10),
+            data_dir: None,
         }
     }
 }

@@ -249,7 +249,12 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                 }
                 command = connected.rx.recv() => match command {
-                    Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once }) => {
+                    Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once, after }) => {
+                        // Counted on disk before the device sees it (a crash then releases it
+                        // with this delivery counted).
+                        if let Err(e) = hub.wait_durable(after).await {
+                            tracing::warn!(device = %device_id, error = %e, "iothub: delivering a message whose lock is not on disk");
+                        }
                         let qos = if at_most_once { QoS::AtMostOnce } else { QoS::AtLeastOnce };
                         let mut publish = Publish::from_bytes(topic, qos, payload);
                         if !at_most_once {

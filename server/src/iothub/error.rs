@@ -39,6 +39,15 @@ pub enum IotHubError {
     /// A listener could not be started, or a certificate file could not be read.
     #[error("{0}")]
     Io(String),
+    /// The hub's file in the data dir (`iothub.redb`) cannot be used: locked by another
+    /// server, from an incompatible version, damaged. The message names the file; nothing
+    /// was changed. `mqstate serve` reports it as the store's data dir errors.
+    #[error("data dir: {0}")]
+    DataDir(String),
+    /// The change was made in memory but could not be written to the data dir (disk full,
+    /// I/O error): it is not acknowledged. The hub writes it again with its next commit.
+    #[error("the change could not be persisted ({0}); it was not acknowledged")]
+    NotPersisted(String),
 }
 
 impl IotHubError {
@@ -59,6 +68,8 @@ impl IotHubError {
             IotHubError::FeedbackLockLost(_) => "FeedbackLockLost",
             IotHubError::Config(_) => "InvalidConfiguration",
             IotHubError::Io(_) => "IoError",
+            IotHubError::DataDir(_) => "DataDirError",
+            IotHubError::NotPersisted(_) => "PersistenceFailed",
         }
     }
 

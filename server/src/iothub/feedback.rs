@@ -20,14 +20,21 @@ pub(crate) struct FeedbackLimits {
     pub max_delivery_count: u32,
 }
 
-#[derive(Debug)]
-struct StoredBatch {
-    enqueued_utc: SystemTime,
-    expires_at: Instant,
-    records: Vec<FeedbackRecord>,
-    lock: Option<(String, Instant)>,
-    delivery_count: u32,
+/// A batch waiting to be received and completed.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredBatch {
+    /// Its number (from 1; [`PENDING`] names the pending records in the data dir).
+    pub id: u64,
+    pub enqueued_utc: SystemTime,
+    pub expires_at: Instant,
+    pub records: Vec<FeedbackRecord>,
+    /// The lock token of the service that received it, and the lock's end.
+    pub lock: Option<(String, Instant)>,
+    pub delivery_count: u32,
 }
+
+/// The number that names the pending (not yet batched) records among the changes.
+pub(crate) const PENDING: u64 = 0;
 
 /// Pending records and made batches.
 #[derive(Debug)]
@@ -37,6 +44,11 @@ pub(crate) struct Feedback {
     last_batch_at: Instant,
     batches: VecDeque<StoredBatch>,
     next_lock: u64,
+    next_batch_id: u64,
+    /// Whether changes are recorded in `changed` (with a data dir).
+    track: bool,
+    /// Batches changed ([`PENDING`] for the pending records) since the last `take_changes`.
+    changed: Vec<u64>,
 }
 
 impl Feedback {
@@ -47,7 +59,49 @@ impl Feedback {
             last_batch_at: now,
             batches: VecDeque::new(),
             next_lock: 0,
+            next_batch_id: 1,
+            track: false,
+            changed: Vec::new(),
         }
+    }
+
+    /// Feedback read back from the data dir (batches oldest first), recording its changes
+    /// from now on. Locked batches stay locked, with their tokens, until their lock ends.
+    pub fn restored(
+        limits: FeedbackLimits,
+        now: Instant,
+        pending: Vec<FeedbackRecord>,
+        batches: Vec<StoredBatch>,
+    ) -> Feedback {
+        let next_batch_id = batches.iter().map(|b| b.id).max().unwrap_or(0) + 1;
+        Feedback {
+            pending,
+            batches: batches.into(),
+            next_batch_id,
+            track: true,
+            ..Feedback::new(limits, now)
+        }
+    }
+
+    fn mark(&mut self, id: u64) {
+        if self.track {
+            self.changed.push(id);
+        }
+    }
+
+    /// The batches changed since the last call ([`PENDING`] for the pending records).
+    pub fn take_changes(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// The records not yet batched.
+    pub fn pending(&self) -> &[FeedbackRecord] {
+        &self.pending
+    }
+
+    /// A batch by number, if it is still waiting.
+    pub fn batch(&self, id: u64) -> Option<&StoredBatch> {
+        self.batches.iter().find(|b| b.id == id)
     }
 
     /// Adds a record; returns whether a batch became available.
@@ -58,6 +112,7 @@ impl Feedback {
             self.last_batch_at = now.instant;
         }
         self.pending.push(record);
+        self.mark(PENDING);
         let mut made = false;
         while self.pending.len() >= self.limits.batch_size {
             let rest = self.pending.split_off(self.limits.batch_size);
@@ -70,7 +125,12 @@ impl Feedback {
 
     fn make_batch(&mut self, records: Vec<FeedbackRecord>, now: Now) {
         self.last_batch_at = now.instant;
+        let id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.mark(id);
+        self.mark(PENDING);
         self.batches.push_back(StoredBatch {
+            id,
             enqueued_utc: now.utc,
             expires_at: now.instant + self.limits.ttl,
             records,
@@ -91,12 +151,14 @@ impl Feedback {
             available = true;
         }
         let max = self.limits.max_delivery_count;
+        let mut changed = Vec::new();
         self.batches.retain_mut(|b| {
             if b.expires_at <= now.instant {
                 tracing::info!(
                     records = b.records.len(),
                     "feedback batch expired unreceived"
                 );
+                changed.push(b.id);
                 return false;
             }
             if b.lock
@@ -104,6 +166,7 @@ impl Feedback {
                 .is_some_and(|(_, until)| *until <= now.instant)
             {
                 b.lock = None;
+                changed.push(b.id);
                 if b.delivery_count >= max {
                     tracing::info!(
                         records = b.records.len(),
@@ -115,6 +178,9 @@ impl Feedback {
             }
             true
         });
+        for id in changed {
+            self.mark(id);
+        }
         available
     }
 
@@ -126,13 +192,15 @@ impl Feedback {
         let batch = self.batches.iter_mut().find(|b| b.lock.is_none())?;
         batch.lock = Some((token.clone(), now.instant + lock_duration));
         batch.delivery_count = batch.delivery_count.saturating_add(1);
+        let (id, batch) = (batch.id, batch.clone());
+        self.mark(id);
         Some(FeedbackBatch {
             lock_token: token,
             enqueued_time_utc: format_time(batch.enqueued_utc),
             user_id: user_id.to_owned(),
             content_type: FEEDBACK_CONTENT_TYPE.to_owned(),
             delivery_count: batch.delivery_count,
-            records: batch.records.clone(),
+            records: batch.records,
         })
     }
 
@@ -144,9 +212,13 @@ impl Feedback {
 
     /// Completes (removes) a locked batch; false if the token is unknown or its lock ended.
     pub fn complete(&mut self, token: &str) -> bool {
-        self.position(token)
-            .and_then(|i| self.batches.remove(i))
-            .is_some()
+        match self.position(token).and_then(|i| self.batches.remove(i)) {
+            Some(b) => {
+                self.mark(b.id);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Abandons a locked batch (available again at once); false if the token is unknown.
@@ -154,6 +226,8 @@ impl Feedback {
         match self.position(token).and_then(|i| self.batches.get_mut(i)) {
             Some(b) => {
                 b.lock = None;
+                let id = b.id;
+                self.mark(id);
                 true
             }
             None => false,
@@ -164,10 +238,19 @@ impl Feedback {
     /// batches nobody has received yet.
     pub fn drop_device(&mut self, device: &str) {
         self.pending.retain(|r| r.device_id != device);
+        self.mark(PENDING);
+        let mut changed = Vec::new();
         for b in self.batches.iter_mut().filter(|b| b.lock.is_none()) {
+            let before = b.records.len();
             b.records.retain(|r| r.device_id != device);
+            if b.records.len() != before {
+                changed.push(b.id);
+            }
         }
         self.batches.retain(|b| !b.records.is_empty());
+        for id in changed {
+            self.mark(id);
+        }
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {

@@ -169,7 +169,8 @@ impl IntoResponse for ApiError {
             IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
             IotHubError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IotHubError::FeedbackLockLost(_) => StatusCode::PRECONDITION_FAILED,
-            IotHubError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            IotHubError::Io(_) | IotHubError::DataDir(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            IotHubError::NotPersisted(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         };
         let body = serde_json::json!({ "errorCode": self.0.code(), "message": self.0.to_string() });
@@ -266,7 +267,9 @@ async fn add_device(
         primary_key: request.primary_key,
         secondary_key: request.secondary_key,
     };
-    Ok((StatusCode::CREATED, axum::Json(hub.add_device(&spec)?)))
+    let device = hub.add_device(&spec)?;
+    hub.persisted().await?;
+    Ok((StatusCode::CREATED, axum::Json(device)))
 }
 
 async fn remove_device(
@@ -274,6 +277,7 @@ async fn remove_device(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     hub.remove_device(&id)?;
+    hub.persisted().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -310,6 +314,8 @@ async fn send(
 ) -> ApiResult<impl IntoResponse> {
     let request: SendRequest = parse_json(&body)?;
     let receipt = hub.send(&id, request.into_message()?)?;
+    // Acknowledged only once it is on disk (with a data dir; group commit).
+    hub.persisted().await?;
     Ok((StatusCode::CREATED, axum::Json(receipt)))
 }
 
@@ -319,6 +325,7 @@ async fn queue(State(hub): State<IotHub>, Path(id): Path<String>) -> ApiResult<i
 
 async fn purge(State(hub): State<IotHub>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let total = hub.purge(&id)?;
+    hub.persisted().await?;
     Ok(axum::Json(PurgeResult {
         device_id: id,
         total_messages_purged: total,
@@ -356,6 +363,7 @@ async fn complete_feedback(
     Path(token): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     hub.complete_feedback(&token)?;
+    hub.persisted().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -364,5 +372,6 @@ async fn abandon_feedback(
     Path(token): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     hub.abandon_feedback(&token)?;
+    hub.persisted().await?;
     Ok(StatusCode::NO_CONTENT)
 }

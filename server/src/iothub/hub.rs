@@ -11,11 +11,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::config::IotHubConfig;
+use super::durable::{self, HubFile, Key, Write};
 use super::error::IotHubError;
-use super::feedback::{Feedback, FeedbackLimits};
+use super::feedback::{Feedback, FeedbackLimits, PENDING};
 use super::message::{
     C2dMessage, FeedbackBatch, FeedbackRecord, QueueInfo, SendReceipt, TelemetryMessage,
     format_time,
@@ -28,12 +29,15 @@ use super::sas;
 /// What the hub tells a connection task.
 #[derive(Debug)]
 pub(crate) enum ToConnection {
-    /// Publish this C2D message with this packet id, at QoS 1 (QoS 0 when `at_most_once`).
+    /// Publish this C2D message with this packet id, at QoS 1 (QoS 0 when `at_most_once`),
+    /// once the hub's commit `after` is on disk (0: at once), so that a delivery is counted
+    /// on disk before the device can see it.
     Deliver {
         topic: String,
         payload: Bytes,
         packet_id: u16,
         at_most_once: bool,
+        after: u64,
     },
     /// Close the connection (another one took over, the device was deleted...).
     Close(String),
@@ -76,6 +80,29 @@ struct State {
     next_connection: u64,
     /// The last feedback records made, for the dashboard (receiving batches takes them away).
     recent_feedback: VecDeque<FeedbackRecord>,
+    /// With a data dir: changes are recorded (queues and feedback record their own).
+    track: bool,
+    /// Registry changes, and the changes of a failed commit to write again.
+    journal: Vec<Key>,
+    /// Batches of changes the committer has taken (the number of the last one).
+    taken: u64,
+}
+
+/// Where the committer is: the last batch on disk, and the last that failed (with why).
+#[derive(Debug, Clone, Default)]
+struct CommitStatus {
+    committed: u64,
+    failed: Option<(u64, String)>,
+    /// The committer stopped (the hub was shut down): nothing more is written.
+    stopped: bool,
+}
+
+/// The data dir side of a hub.
+struct Durable {
+    file: Arc<HubFile>,
+    /// Wakes the committer.
+    wake: Notify,
+    status: watch::Sender<CommitStatus>,
 }
 
 /// How many feedback records [`IotHub::recent_feedback`] keeps.
@@ -143,6 +170,8 @@ struct Inner {
     telemetry_ready: Notify,
     endpoints: Mutex<HubEndpoints>,
     ca_pem: Mutex<Option<String>>,
+    /// With a data dir.
+    durable: Option<Durable>,
 }
 
 /// The local IoT Hub's service side, in process: register devices, send cloud-to-device
@@ -207,28 +236,109 @@ impl IotHub {
                 IotHubError::Config(format!("device file {}: {e}", path.display()))
             })?);
         }
+        let now = Now::current();
+        let mut state = State {
+            devices: BTreeMap::new(),
+            feedback: Feedback::new(limits, now.instant),
+            next_sequence: 1,
+            next_connection: 1,
+            recent_feedback: VecDeque::new(),
+            track: false,
+            journal: Vec::new(),
+            taken: 0,
+        };
+        let durable = match &config.data_dir {
+            Some(dir) => {
+                let (file, loaded) = HubFile::open(dir)?;
+                restore(&mut state, loaded, limits, now)?;
+                tracing::info!(
+                    file = %file.path().display(),
+                    devices = state.devices.len(),
+                    messages = state.devices.values().map(|d| d.queue.depth()).sum::<usize>(),
+                    "iothub: state restored from the data dir"
+                );
+                Some(Durable {
+                    file: Arc::new(file),
+                    wake: Notify::new(),
+                    status: watch::Sender::new(CommitStatus::default()),
+                })
+            }
+            None => None,
+        };
         let hub = IotHub {
             inner: Arc::new(Inner {
-                state: Mutex::new(State {
-                    devices: BTreeMap::new(),
-                    feedback: Feedback::new(limits, Instant::now()),
-                    next_sequence: 1,
-                    next_connection: 1,
-                    recent_feedback: VecDeque::new(),
-                }),
+                state: Mutex::new(state),
                 config,
                 timer: Notify::new(),
                 feedback_ready: Notify::new(),
                 telemetry_ready: Notify::new(),
                 endpoints: Mutex::new(HubEndpoints::default()),
                 ca_pem: Mutex::new(None),
+                durable,
             }),
         };
+        {
+            // Locks held when the hub stopped end as a lost connection ends them.
+            let mut state = hub.state();
+            let ids: Vec<String> = state.devices.keys().cloned().collect();
+            let max = hub.inner.config.max_delivery_count;
+            for id in ids {
+                let Some(device) = state.devices.get_mut(&id) else {
+                    continue;
+                };
+                let outcomes = device.queue.release_restored(now, max);
+                let generation = device.device.generation_id.clone();
+                hub.record_outcomes(&mut state, &id, &generation, outcomes, now);
+            }
+        }
+        let mut restored: std::collections::HashSet<String> =
+            hub.state().devices.keys().cloned().collect();
         for spec in &specs {
-            hub.add_device(spec)
+            hub.configure_device(spec, &mut restored)
                 .map_err(|e| IotHubError::Config(e.to_string()))?;
         }
+        // What the restart changed (released locks, configured devices) is on disk before
+        // anything is served.
+        if let Some(d) = &hub.inner.durable {
+            let (ticket, _keys, writes, next_sequence) = hub.take_writes();
+            if let Err(e) = d.file.commit(&writes, next_sequence) {
+                return Err(IotHubError::DataDir(e.to_string()));
+            }
+            d.status.send_modify(|s| s.committed = ticket);
+        }
         Ok(hub)
+    }
+
+    /// Registers a device given in the configuration; a device in `restored` (read from the
+    /// data dir, not configured yet) keeps its generation id and its keys, unless the
+    /// configuration gives keys. A device configured twice is an error, as without a data dir.
+    fn configure_device(
+        &self,
+        spec: &DeviceSpec,
+        restored: &mut std::collections::HashSet<String>,
+    ) -> Result<(), IotHubError> {
+        let mut state = self.state();
+        let track = state.track;
+        if restored.remove(&spec.id)
+            && let Some(d) = state.devices.get_mut(&spec.id)
+        {
+            let configured = Device::create(spec)?;
+            let mut changed = false;
+            if spec.primary_key.is_some() && d.device.primary_key != configured.primary_key {
+                d.device.primary_key = configured.primary_key;
+                changed = true;
+            }
+            if spec.secondary_key.is_some() && d.device.secondary_key != configured.secondary_key {
+                d.device.secondary_key = configured.secondary_key;
+                changed = true;
+            }
+            if changed && track {
+                state.journal.push(Key::Device(spec.id.clone()));
+            }
+            return Ok(());
+        }
+        drop(state);
+        self.add_device(spec).map(drop)
     }
 
     /// The configuration the hub runs with.
@@ -286,16 +396,22 @@ impl IotHub {
         if state.devices.contains_key(&device.device_id) {
             return Err(IotHubError::DeviceAlreadyExists(device.device_id));
         }
+        let track = state.track;
         state.devices.insert(
             device.device_id.clone(),
             DeviceState {
                 device: device.clone(),
-                queue: DeviceQueue::default(),
+                queue: DeviceQueue::new(track),
                 session: None,
                 connection: None,
                 telemetry: VecDeque::new(),
             },
         );
+        if track {
+            state.journal.push(Key::Device(device.device_id.clone()));
+        }
+        drop(state);
+        self.changed();
         tracing::info!(device = %device.device_id, "iothub: device registered");
         Ok(device)
     }
@@ -309,13 +425,16 @@ impl IotHub {
             .remove(id)
             .ok_or_else(|| IotHubError::DeviceNotFound(id.to_owned()))?;
         state.feedback.drop_device(id);
+        if state.track {
+            state.journal.push(Key::Removed(id.to_owned()));
+        }
         drop(state);
         if let Some(c) = removed.connection {
             let _ =
                 c.tx.send(ToConnection::Close("the device was deleted".into()));
         }
         tracing::info!(device = %id, "iothub: device deleted");
-        self.inner.timer.notify_one();
+        self.changed();
         Ok(())
     }
 
@@ -417,7 +536,7 @@ impl IotHub {
         state.next_sequence += 1;
         self.pump(&mut state, device_id, now);
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
         Ok(receipt)
     }
 
@@ -447,7 +566,7 @@ impl IotHub {
         let count = outcomes.len();
         self.record_outcomes(&mut state, device_id, &generation, outcomes, now);
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
         tracing::info!(device = %device_id, count, "iothub: queue purged");
         Ok(count)
     }
@@ -487,6 +606,12 @@ impl IotHub {
     /// Locks and sends every Enqueued message of the device if it is connected and subscribed
     /// (and, with a QoS 0 subscription, completes it at once: there will be no PUBACK).
     fn pump(&self, state: &mut State, device_id: &str, now: Now) {
+        // The deliveries wait for the commit that holds their locks and counts.
+        let after = if self.inner.durable.is_some() {
+            state.taken + 1
+        } else {
+            0
+        };
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
         };
@@ -502,6 +627,11 @@ impl IotHub {
         let deliveries = device
             .queue
             .deliver(connection_id, now, self.inner.config.lock_timeout);
+        if !deliveries.is_empty()
+            && let Some(d) = &self.inner.durable
+        {
+            d.wake.notify_one();
+        }
         let mut outcomes = Vec::new();
         for d in deliveries {
             let _ = connection.tx.send(ToConnection::Deliver {
@@ -509,6 +639,7 @@ impl IotHub {
                 payload: d.stored.payload(),
                 packet_id: d.packet_id,
                 at_most_once,
+                after,
             });
             if at_most_once {
                 outcomes.extend(device.queue.complete(connection_id, d.packet_id, now));
@@ -538,8 +669,14 @@ impl IotHub {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let name = self.hub_name().to_owned();
-            if let Some(batch) = self.state().feedback.receive(Now::current(), &name) {
-                self.inner.timer.notify_one();
+            let received = self.state().feedback.receive(Now::current(), &name);
+            if let Some(batch) = received {
+                self.changed();
+                // Its lock, and the outcomes its records tell of, are on disk first.
+                if let Err(e) = self.persisted().await {
+                    tracing::warn!(error = %e, "iothub: a feedback batch was not handed out");
+                    return None;
+                }
                 return Some(batch);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -551,6 +688,7 @@ impl IotHub {
     /// Completes a received feedback batch (it is not delivered again).
     pub fn complete_feedback(&self, lock_token: &str) -> Result<(), IotHubError> {
         if self.state().feedback.complete(lock_token) {
+            self.changed();
             Ok(())
         } else {
             Err(IotHubError::FeedbackLockLost(lock_token.to_owned()))
@@ -560,6 +698,7 @@ impl IotHub {
     /// Abandons a received feedback batch: it can be received again at once.
     pub fn abandon_feedback(&self, lock_token: &str) -> Result<(), IotHubError> {
         if self.state().feedback.abandon(lock_token) {
+            self.changed();
             self.inner.feedback_ready.notify_waiters();
             Ok(())
         } else {
@@ -683,7 +822,7 @@ impl IotHub {
         // With a kept subscription, queued messages flow right after the CONNACK.
         self.pump(&mut state, client_id, now);
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
         Ok(Connected {
             id,
             session_present,
@@ -702,7 +841,7 @@ impl IotHub {
             self.pump(&mut state, device_id, Now::current());
         }
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
     }
 
     /// The device unsubscribed from its device-bound topic.
@@ -731,7 +870,7 @@ impl IotHub {
                 "iothub: PUBACK for no locked message (its lock had timed out)"),
         }
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
     }
 
     /// The connection ended: its locks end, and a clean session is forgotten.
@@ -759,7 +898,7 @@ impl IotHub {
         let generation = device.device.generation_id.clone();
         self.record_outcomes(&mut state, device_id, &generation, outcomes, now);
         drop(state);
-        self.inner.timer.notify_one();
+        self.changed();
     }
 
     /// A device-to-cloud message.
@@ -831,6 +970,243 @@ impl IotHub {
             }
         }
     }
+}
+
+impl IotHub {
+    /// Something changed: deadlines may have moved, and there may be something to write.
+    fn changed(&self) {
+        self.inner.timer.notify_one();
+        if let Some(d) = &self.inner.durable {
+            d.wake.notify_one();
+        }
+    }
+
+    /// Waits until every change made so far (by this caller or any other) is on disk: what
+    /// the admin API does before it acknowledges a send, a completion or a registry change.
+    /// At once without a data dir. Changes made meanwhile share the same commit (group
+    /// commit), so concurrent callers cost one fsync, not one each.
+    ///
+    /// ```no_run
+    /// # async fn demo(hub: mqstate_server::iothub::IotHub) -> Result<(), mqstate_server::iothub::IotHubError> {
+    /// use mqstate_server::iothub::C2dMessage;
+    /// let receipt = hub.send("dev1", C2dMessage::new("hello").message_id("m1"))?;
+    /// hub.persisted().await?; // now it survives a crash
+    /// # let _ = receipt; Ok(()) }
+    /// ```
+    pub async fn persisted(&self) -> Result<(), IotHubError> {
+        let Some(d) = &self.inner.durable else {
+            return Ok(());
+        };
+        let ticket = self.state().taken + 1;
+        d.wake.notify_one();
+        self.wait_durable(ticket).await
+    }
+
+    /// Waits until the commit `ticket` is on disk (at once for 0 or without a data dir).
+    pub(crate) async fn wait_durable(&self, ticket: u64) -> Result<(), IotHubError> {
+        let Some(d) = &self.inner.durable else {
+            return Ok(());
+        };
+        if ticket == 0 {
+            return Ok(());
+        }
+        let mut rx = d.status.subscribe();
+        loop {
+            {
+                let status = rx.borrow_and_update();
+                if status.committed >= ticket {
+                    return Ok(());
+                }
+                if let Some((failed, why)) = &status.failed
+                    && *failed >= ticket
+                {
+                    return Err(IotHubError::NotPersisted(why.clone()));
+                }
+                if status.stopped {
+                    return Err(IotHubError::NotPersisted("the hub stopped".into()));
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err(IotHubError::NotPersisted("the hub stopped".into()));
+            }
+        }
+    }
+
+    /// Takes every change recorded so far as the next batch: its number, the keys (to record
+    /// again if the commit fails), their state now, and the sequence counter.
+    fn take_writes(&self) -> (u64, Vec<Key>, Vec<Write>, u64) {
+        let now = Now::current();
+        let mut state = self.state();
+        state.taken += 1;
+        let ticket = state.taken;
+        let mut keys = std::mem::take(&mut state.journal);
+        for (id, d) in &mut state.devices {
+            keys.extend(
+                d.queue
+                    .take_changes()
+                    .into_iter()
+                    .map(|seq| Key::Message(id.clone(), seq)),
+            );
+        }
+        keys.extend(state.feedback.take_changes().into_iter().map(Key::Feedback));
+        // Each key once, at its last place (a device deleted then added again is deleted,
+        // then written).
+        let mut seen = std::collections::HashSet::new();
+        let mut unique: Vec<Key> = keys
+            .into_iter()
+            .rev()
+            .filter(|k| seen.insert(k.clone()))
+            .collect();
+        unique.reverse();
+        let mut writes = Vec::with_capacity(unique.len());
+        for key in &unique {
+            match key {
+                Key::Device(id) => {
+                    if let Some(d) = state.devices.get(id) {
+                        writes.push(Write::PutDevice(
+                            id.clone(),
+                            durable::encode_device(&d.device),
+                        ));
+                    }
+                }
+                Key::Removed(id) => writes.push(Write::RemoveDevice(id.clone())),
+                Key::Message(id, seq) => {
+                    match state.devices.get(id).and_then(|d| d.queue.item(*seq)) {
+                        Some(item) => writes.push(Write::PutMessage(
+                            id.clone(),
+                            *seq,
+                            durable::encode_message(&item, now),
+                        )),
+                        None => writes.push(Write::DeleteMessage(id.clone(), *seq)),
+                    }
+                }
+                Key::Feedback(PENDING) => writes.push(Write::PutFeedback(
+                    PENDING,
+                    durable::encode_pending(state.feedback.pending()),
+                )),
+                Key::Feedback(id) => match state.feedback.batch(*id) {
+                    Some(b) => writes.push(Write::PutFeedback(*id, durable::encode_batch(b, now))),
+                    None => writes.push(Write::DeleteFeedback(*id)),
+                },
+            }
+        }
+        (ticket, unique, writes, state.next_sequence)
+    }
+
+    /// Commits the changes recorded so far (one transaction); a failed commit leaves them
+    /// recorded for the next one, and fails the callers waiting for this one.
+    async fn commit_once(&self) {
+        let Some(d) = &self.inner.durable else {
+            return;
+        };
+        let (ticket, keys, writes, next_sequence) = self.take_writes();
+        let result = if writes.is_empty() {
+            Ok(())
+        } else {
+            let file = d.file.clone();
+            tokio::task::spawn_blocking(move || file.commit(&writes, next_sequence))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(crate::persist::CommitFailed {
+                        file: d.file.path().display().to_string(),
+                        reason: format!("the commit task failed: {e}"),
+                    })
+                })
+        };
+        match result {
+            Ok(()) => d.status.send_modify(|s| s.committed = ticket),
+            Err(e) => {
+                tracing::error!(error = %e, "iothub: the hub's changes could not be persisted; retrying with the next commit");
+                {
+                    let mut state = self.state();
+                    let mut again = keys;
+                    again.append(&mut state.journal);
+                    state.journal = again;
+                }
+                d.status
+                    .send_modify(|s| s.failed = Some((ticket, e.to_string())));
+            }
+        }
+    }
+
+    /// Commits the hub's changes in batches until `stop` fires (then once more): while one
+    /// commit is on its way to the disk, new changes gather for the next one.
+    pub(crate) async fn run_committer(self, mut stop: watch::Receiver<bool>) {
+        let Some(d) = &self.inner.durable else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = d.wake.notified() => {}
+                // A change whose wake-up was missed is still written soon.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {
+                    // The last changes (connections closing release their locks), then the
+                    // file is released for the next server.
+                    self.commit_once().await;
+                    d.file.close();
+                    d.status.send_modify(|s| s.stopped = true);
+                    return;
+                }
+            }
+            self.commit_once().await;
+        }
+    }
+}
+
+/// Fills a new hub's state from its data dir: devices, queues (finished messages in the order
+/// they finished), feedback; changes are recorded from now on.
+fn restore(
+    state: &mut State,
+    loaded: durable::Loaded,
+    limits: FeedbackLimits,
+    now: Now,
+) -> Result<(), IotHubError> {
+    state.track = true;
+    state.next_sequence = loaded.next_sequence.max(1);
+    for device in loaded.devices {
+        state.devices.insert(
+            device.device_id.clone(),
+            DeviceState {
+                device,
+                queue: DeviceQueue::new(true),
+                session: None,
+                connection: None,
+                telemetry: VecDeque::new(),
+            },
+        );
+    }
+    let mut finished: BTreeMap<String, Vec<queue::Finished>> = BTreeMap::new();
+    for (id, seq, record) in loaded.messages {
+        let Some(device) = state.devices.get_mut(&id) else {
+            // A message of a device that is gone (cannot happen: they go in one transaction).
+            state.journal.push(Key::Message(id, seq));
+            continue;
+        };
+        match durable::decode_message(&id, seq, record, now)? {
+            durable::Restored::Live {
+                stored,
+                delivery_count,
+                was_locked,
+            } => device.queue.restore(*stored, delivery_count, was_locked),
+            durable::Restored::Finished(f) => finished.entry(id).or_default().push(f),
+        }
+    }
+    for (id, mut list) in finished {
+        list.sort_by_key(|f| (f.at, f.stored.sequence_number));
+        if let Some(device) = state.devices.get_mut(&id) {
+            for f in list {
+                device.queue.restore_finished(f);
+            }
+        }
+    }
+    let batches = loaded
+        .batches
+        .into_iter()
+        .map(|(id, b)| durable::decode_batch(id, b, now))
+        .collect();
+    state.feedback = Feedback::restored(limits, now.instant, loaded.pending, batches);
+    Ok(())
 }
 
 /// A connection accepted by [`IotHub::connect`].

@@ -13,6 +13,9 @@
 //! - [`config`]: every limit, IoT Hub's value as default. [`queue`](self) and feedback
 //!   batching are pure state machines, tested without waiting.
 //! - [`sas`]: SAS tokens; [`properties`]: topic property bags; [`registry`]: devices.
+//! - With [`IotHubConfig::data_dir`] (`mqstate serve --data-dir`), the registry, queues and
+//!   feedback are kept in `DIR/iothub.redb` ([`HUB_FILE`]) and group-committed; the admin
+//!   API acknowledges a change only once it is on disk ([`IotHub::persisted`]).
 //! - The device endpoint reads and writes packets with rumqttc's MQTT 3.1.1 codec
 //!   (`rumqttc::mqttbytes::v4`) and terminates each connection itself, so that the PUBACK
 //!   of a delivery completes its message.
@@ -32,6 +35,7 @@
 
 pub mod client;
 pub mod config;
+mod durable;
 mod endpoint;
 mod error;
 mod feedback;
@@ -52,6 +56,7 @@ use tokio::task::JoinHandle;
 pub use config::{
     DEFAULT_ADMIN_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME, DeviceTls, IotHubConfig,
 };
+pub use durable::{HUB_FILE, HUB_FORMAT};
 pub use error::IotHubError;
 pub use hub::{DeviceInfo, HubEndpoints, HubInfo, IotHub};
 pub use message::{
@@ -119,6 +124,7 @@ impl IotHubServer {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = vec![
             tokio::spawn(hub.clone().run_timer(stop_rx.clone())),
+            tokio::spawn(hub.clone().run_committer(stop_rx.clone())),
             tokio::spawn(endpoint::run(
                 hub.clone(),
                 device_listener,

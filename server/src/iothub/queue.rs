@@ -18,6 +18,9 @@ use super::properties::{self, Property};
 /// Finished messages a queue remembers for [`QueueInfo::finished`].
 const FINISHED_KEPT: usize = 50;
 
+/// The connection id of the locks restored from the data dir (real connections count from 1).
+const RESTORED: u64 = 0;
+
 /// A point in time, on both clocks: `instant` for deadlines, `utc` for what is shown.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Now {
@@ -59,6 +62,27 @@ struct Entry {
     stored: Arc<Stored>,
     lock: Option<Lock>,
     delivery_count: u32,
+}
+
+/// A message that reached a final state, kept for the queue view.
+#[derive(Debug, Clone)]
+pub(crate) struct Finished {
+    pub stored: Arc<Stored>,
+    pub delivery_count: u32,
+    pub status: FeedbackStatus,
+    pub at: SystemTime,
+}
+
+/// One message of a queue as the data dir stores it: live (with its lock's end, when it is
+/// Invisible) or finished.
+#[derive(Debug)]
+pub(crate) enum Item<'a> {
+    Live {
+        stored: &'a Stored,
+        delivery_count: u32,
+        lock_until: Option<Instant>,
+    },
+    Finished(&'a Finished),
 }
 
 /// A message reached a final state.
@@ -114,11 +138,83 @@ pub(crate) fn devicebound_topic(
 #[derive(Debug, Default)]
 pub(crate) struct DeviceQueue {
     entries: VecDeque<Entry>,
-    finished: VecDeque<(Arc<Stored>, u32, FeedbackStatus)>,
+    finished: VecDeque<Finished>,
     next_packet_id: u16,
+    /// Whether changes are recorded in `changed` (with a data dir).
+    track: bool,
+    /// Sequence numbers of the messages changed since [`DeviceQueue::take_changes`].
+    changed: Vec<u64>,
 }
 
 impl DeviceQueue {
+    /// An empty queue; with `track`, every change is recorded for the data dir.
+    pub fn new(track: bool) -> DeviceQueue {
+        DeviceQueue {
+            track,
+            ..DeviceQueue::default()
+        }
+    }
+
+    fn mark(&mut self, sequence_number: u64) {
+        if self.track {
+            self.changed.push(sequence_number);
+        }
+    }
+
+    /// The sequence numbers of the messages changed since the last call (to write them).
+    pub fn take_changes(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// A message as it is now, live or finished; `None` when the queue forgot it.
+    pub fn item(&self, sequence_number: u64) -> Option<Item<'_>> {
+        if let Some(e) = self
+            .entries
+            .iter()
+            .find(|e| e.stored.sequence_number == sequence_number)
+        {
+            return Some(Item::Live {
+                stored: &e.stored,
+                delivery_count: e.delivery_count,
+                lock_until: e.lock.map(|l| l.until),
+            });
+        }
+        self.finished
+            .iter()
+            .find(|f| f.stored.sequence_number == sequence_number)
+            .map(Item::Finished)
+    }
+
+    /// Puts back a message read from the data dir (oldest first). A message that was locked
+    /// stays locked by no connection until [`DeviceQueue::release_restored`] ends the lock.
+    pub fn restore(&mut self, stored: Stored, delivery_count: u32, was_locked: bool) {
+        self.entries.push_back(Entry {
+            stored: Arc::new(stored),
+            lock: was_locked.then_some(Lock {
+                connection: RESTORED,
+                packet_id: 0,
+                until: Instant::now(),
+            }),
+            delivery_count,
+        });
+    }
+
+    /// Puts back a finished message read from the data dir (in the order they finished).
+    pub fn restore_finished(&mut self, finished: Finished) {
+        if self.finished.len() >= FINISHED_KEPT
+            && let Some(old) = self.finished.pop_front()
+        {
+            self.mark(old.stored.sequence_number);
+        }
+        self.finished.push_back(finished);
+    }
+
+    /// Ends the locks of the messages that were delivered before a restart, as a lost
+    /// connection ends them: their delivery counted, enqueued again or dead-lettered.
+    pub fn release_restored(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
+        self.release_connection(RESTORED, now, max_delivery_count)
+    }
+
     pub fn depth(&self) -> usize {
         self.entries.len()
     }
@@ -142,6 +238,7 @@ impl DeviceQueue {
             lock: None,
             delivery_count: 0,
         });
+        self.mark(stored.sequence_number);
         Ok(stored)
     }
 
@@ -177,6 +274,10 @@ impl DeviceQueue {
                     until: now.instant + lock_timeout,
                 });
                 entry.delivery_count = entry.delivery_count.saturating_add(1);
+                let seq = entry.stored.sequence_number;
+                if self.track {
+                    self.changed.push(seq);
+                }
                 out.push(Delivery {
                     stored: entry.stored.clone(),
                     packet_id,
@@ -198,11 +299,18 @@ impl DeviceQueue {
     }
 
     fn finish(&mut self, entry: Entry, status: FeedbackStatus, now: Now) -> Outcome {
-        if self.finished.len() >= FINISHED_KEPT {
-            self.finished.pop_front();
+        if self.finished.len() >= FINISHED_KEPT
+            && let Some(old) = self.finished.pop_front()
+        {
+            self.mark(old.stored.sequence_number);
         }
-        self.finished
-            .push_back((entry.stored.clone(), entry.delivery_count, status));
+        self.mark(entry.stored.sequence_number);
+        self.finished.push_back(Finished {
+            stored: entry.stored.clone(),
+            delivery_count: entry.delivery_count,
+            status,
+            at: now.utc,
+        });
         Outcome {
             stored: entry.stored,
             status,
@@ -223,6 +331,11 @@ impl DeviceQueue {
             return false;
         };
         entry.lock = None;
+        let seq = entry.stored.sequence_number;
+        self.mark(seq);
+        let Some(entry) = self.entries.get(index) else {
+            return false;
+        };
         if entry.delivery_count >= max_delivery_count {
             if let Some(entry) = self.entries.remove(index) {
                 out.push(self.finish(entry, FeedbackStatus::DeliveryCountExceeded, now));
@@ -323,13 +436,13 @@ impl DeviceQueue {
             finished: self
                 .finished
                 .iter()
-                .map(|(s, count, status)| {
-                    let state = if *status == FeedbackStatus::Success {
+                .map(|f| {
+                    let state = if f.status == FeedbackStatus::Success {
                         MessageState::Completed
                     } else {
                         MessageState::DeadLettered
                     };
-                    info(s, state, *count, Some(*status))
+                    info(&f.stored, state, f.delivery_count, Some(f.status))
                 })
                 .collect(),
         }
@@ -372,6 +485,27 @@ pub(crate) fn store(
 }
 
 impl Stored {
+    /// A message read back from the data dir: its deadline counts from `now` on the monotonic
+    /// clock (already past when its expiry time is).
+    pub fn restored(
+        device_id: &str,
+        message: C2dMessage,
+        sequence_number: u64,
+        enqueued_utc: SystemTime,
+        expiry_utc: SystemTime,
+        now: Now,
+    ) -> Stored {
+        let left = expiry_utc.duration_since(now.utc).unwrap_or_default();
+        Stored {
+            sequence_number,
+            topic: devicebound_topic(device_id, &message, expiry_utc),
+            message,
+            enqueued_utc,
+            expiry_utc,
+            expires_at: now.instant + left,
+        }
+    }
+
     pub fn payload(&self) -> Bytes {
         self.message.payload.clone()
     }

@@ -3,6 +3,8 @@
 //!
 //! - [`DataDir`]: the database file (`DIR/store.redb`): open with clear errors, read every
 //!   key, commit a batch with one fsync.
+//! - `redb_file`: opening, checking and writing one redb file of the data dir, shared by
+//!   the store's file and the local IoT Hub's (`iothub.redb`, [`crate::iothub`]).
 //! - [`record`]: how one key is stored (value, version, fencing token, absolute deadline).
 //! - [`FloorClock`]: the server's clock never issues a version lower than one stored.
 //! - [`Persistence`]: what the store task uses: which SETs persist ([`PersistMode`]),
@@ -46,6 +48,7 @@
 mod clock;
 mod data_dir;
 pub mod record;
+pub(crate) mod redb_file;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
