@@ -15,46 +15,64 @@ fn mqstate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mqstate"))
 }
 
+/// Runs `mqstate serve ARGS`, which must refuse to start: its stderr. A server that starts
+/// instead fails the test (after 20 s) rather than hanging it.
+fn serve_refused(args: &[&str]) -> String {
+    let mut child = mqstate()
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`mqstate serve {}` started instead of refusing",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn serve_on_every_address_without_tls_or_auth_exits_with_the_reason() {
-    let out = mqstate()
-        .args([
-            "serve",
-            "--bind",
-            "0.0.0.0",
-            "--port",
-            "0",
-            "--no-iothub",
-            "--no-dashboard",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = serve_refused(&[
+        "--bind",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--no-iothub",
+        "--no-dashboard",
+    ]);
     assert!(stderr.contains("refusing to listen on 0.0.0.0"), "{stderr}");
     assert!(stderr.contains("--insecure"), "{stderr}");
 }
 
 #[test]
 fn the_iothub_admin_api_on_every_address_is_refused() {
-    let out = mqstate()
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--iothub-bind",
-            "0.0.0.0",
-            "--iothub-port",
-            "0",
-            "--iothub-admin-port",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = serve_refused(&[
+        "--port",
+        "0",
+        "--iothub-bind",
+        "0.0.0.0",
+        "--iothub-port",
+        "0",
+        "--iothub-admin-port",
+        "0",
+    ]);
     assert!(
         stderr.contains("admin API has no authentication"),
         "{stderr}"
@@ -65,22 +83,15 @@ fn the_iothub_admin_api_on_every_address_is_refused() {
 /// it would show every key and value to anyone, so it is refused as the hub is.
 #[test]
 fn the_dashboard_alone_on_every_address_is_refused() {
-    let out = mqstate()
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--no-iothub",
-            "--iothub-bind",
-            "0.0.0.0",
-            "--iothub-admin-port",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = serve_refused(&[
+        "--port",
+        "0",
+        "--no-iothub",
+        "--iothub-bind",
+        "0.0.0.0",
+        "--iothub-admin-port",
+        "0",
+    ]);
     assert!(
         stderr.contains("refusing to serve the dashboard on 0.0.0.0"),
         "{stderr}"
