@@ -63,11 +63,23 @@ pub fn page(
     let parsed = Pattern::parse(pattern).map_err(|e| ServiceError::Unknown(e.to_string()))?;
     let after = token.map(|t| position(pattern, t)).transpose()?;
     let step = store.scan(&parsed, after, limits, now);
-    Ok(ScanPage {
+    let page = ScanPage {
         keys: step.keys,
         token: step.resume_after.map(|key| encode_token(pattern, &key)),
-    })
+    };
+    if page.encoded_len() > limits.max_reply {
+        // Only a key near the packet size can do this (see `limits_for_packet`): an error
+        // that says so beats a reply the broker would drop, leaving the client to time out.
+        let longest = page.keys.iter().map(Bytes::len).max().unwrap_or(0);
+        return Err(ServiceError::Unknown(format!(
+            "the scan reached a key of {longest} bytes, too long to be listed within the maximum packet size"
+        )));
+    }
+    Ok(page)
 }
+
+/// Room left in a packet for the reply's topic and properties.
+const REPLY_HEADROOM: usize = 4096;
 
 /// The bytes a page's reply adds around its keys and token, at most (array headers, and a
 /// bulk header per key or token): what [`limits_for_packet`] keeps free.
@@ -88,6 +100,7 @@ pub fn limits_for_packet(max_packet_size: usize) -> ScanLimits {
             .max_bytes
             .min(budget.saturating_sub(defaults.max_keys * OVERHEAD_PER_ELEMENT))
             .max(1),
+        max_reply: max_packet_size.saturating_sub(REPLY_HEADROOM),
         ..defaults
     }
 }
@@ -321,6 +334,27 @@ mod tests {
                 .collect();
             assert!(page(&store, b"k*", Some(&junk), limits, now).is_err());
         }
+    }
+
+    #[test]
+    fn a_key_too_long_for_the_packet_is_a_clear_error_not_a_dropped_reply() {
+        let now = Instant::now();
+        let long = vec![b'm'; 70 * 1024];
+        let store = store_with([b"a".to_vec(), long, b"z".to_vec()], now);
+        // 128 KiB packets: the 70 KiB key fits a SET, but its page, whose token repeats it
+        // because "z" follows, would not fit a reply.
+        let limits = limits_for_packet(128 * 1024);
+        let first = page(&store, b"*", None, limits, now).unwrap();
+        assert_eq!(first.keys, vec![Bytes::from("a")]);
+        let err = page(&store, b"*", first.token.as_deref(), limits, now).unwrap_err();
+        assert!(
+            err.text().contains("71680 bytes, too long"),
+            "{}",
+            err.text()
+        );
+        // Within larger packets, every key is listed.
+        let limits = limits_for_packet(1 << 20);
+        assert_eq!(scan_all(&store, b"*", limits, now).len(), 3);
     }
 
     #[test]

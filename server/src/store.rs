@@ -100,15 +100,19 @@ pub struct ScanLimits {
     /// The most keys a step examines, matching or not: a pattern that matches few keys
     /// gives short (even empty) steps instead of one long one.
     pub max_examined: usize,
+    /// The largest reply a `SCAN` page may be ([`crate::scan::page`] refuses a page that
+    /// would not fit, rather than let the broker drop it); not used by [`Store::scan`].
+    pub max_reply: usize,
 }
 
 impl Default for ScanLimits {
-    /// 500 keys, 256 KiB of keys, 5,000 keys examined.
+    /// 500 keys, 256 KiB of keys, 5,000 keys examined, no bound on the reply.
     fn default() -> Self {
         ScanLimits {
             max_keys: 500,
             max_bytes: 256 * 1024,
             max_examined: 5_000,
+            max_reply: usize::MAX,
         }
     }
 }
