@@ -516,13 +516,6 @@ impl Store {
         self.max_keys
     }
 
-    /// Every key and a snapshot of its entry, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (Bytes, Entry)> + '_ {
-        self.table
-            .iter()
-            .map(|s| (Bytes::copy_from_slice(s.key()), self.entry(s)))
-    }
-
     /// One step of a scan: the keys matching `pattern` after `after` (from the first key when
     /// `None`), in byte order, within `limits`; and where the next step starts, unless no
     /// key is left. Expired keys (deadline at or before `now`) are passed over even if
