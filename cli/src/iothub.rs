@@ -173,6 +173,10 @@ pub struct IotHubArgs {
         default_value = "http://127.0.0.1:8880"
     )]
     pub url: String,
+    /// The access token `mqstate serve` printed at start, when the hub asks for credentials
+    /// (authentication on, or the admin API beyond loopback).
+    #[arg(long, global = true, env = "MQSTATE_WEB_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     #[command(subcommand)]
     pub command: IotHubCommand,
 }
@@ -313,7 +317,9 @@ fn print_json<T: serde::Serialize>(value: &T, pretty: bool) -> Result<(), String
 
 /// Runs one `mqstate iothub` command.
 pub async fn run(args: IotHubArgs) -> Result<(), String> {
-    let admin = AdminClient::new(&args.url).map_err(|e| e.to_string())?;
+    let admin = AdminClient::new(&args.url)
+        .map_err(|e| e.to_string())?
+        .with_token(args.token);
     let e = |e: mqstate_server::iothub::client::AdminError| e.to_string();
     match args.command {
         IotHubCommand::Device(DeviceCommand::Add { id, key }) => {

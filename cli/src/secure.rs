@@ -67,6 +67,12 @@ pub struct SecurityArgs {
     #[arg(long)]
     pub insecure: bool,
 
+    /// Keep the access token of the dashboard and the IoT Hub admin API in this file (created,
+    /// mode 0600, with a random token when missing) instead of a new one at each start. The
+    /// token is asked for when authentication is on or they listen beyond loopback.
+    #[arg(long, value_name = "FILE")]
+    pub web_token_file: Option<PathBuf>,
+
     /// The most subscriptions one client may hold on the embedded broker; a SUBSCRIBE beyond
     /// it gets "quota exceeded" (0: no limit).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SUBSCRIPTIONS)]
@@ -91,6 +97,7 @@ impl SecurityArgs {
             sat_file: self.sat_file.clone(),
             rules_file: self.rules_file.clone(),
             insecure: self.insecure,
+            web_token_file: self.web_token_file.clone(),
             max_subscriptions_per_client: self.max_subscriptions,
         }
     }

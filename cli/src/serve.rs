@@ -148,6 +148,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
             "mqstate serve: dashboard ready"
         );
     }
+    if let Some(token) = server.web_token() {
+        // Printed so that its operator can log in; whoever reads this log can too
+        // (docs/security.md, "The web surfaces").
+        tracing::info!(
+            token,
+            "mqstate serve: the dashboard and the admin API ask for credentials: this access \
+             token (at /login, or 'Authorization: Bearer TOKEN'; MQSTATE_WEB_TOKEN for \
+             `mqstate iothub`) or a user of the password file"
+        );
+    }
     if let Err(e) = tokio::signal::ctrl_c().await {
         tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
     }

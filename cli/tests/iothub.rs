@@ -211,3 +211,72 @@ async fn serve_and_the_iothub_commands() {
     let out = mqstate("http://127.0.0.1:1", &["device", "list"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
 }
+
+/// With authentication on, `mqstate iothub` needs the access token: from
+/// `--web-token-file` (created 0600 by `serve`) through `MQSTATE_WEB_TOKEN`.
+#[test]
+fn the_iothub_commands_need_the_token_when_serve_asks_for_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "pw").unwrap();
+    let token_file = dir.path().join("web-token");
+    let broker = testing::free_port().unwrap().to_string();
+    let admin = testing::free_port().unwrap();
+    let _serve = Serve(
+        Command::new(env!("CARGO_BIN_EXE_mqstate"))
+            .args([
+                "serve",
+                "--port",
+                &broker,
+                "--log",
+                "warn",
+                "--iothub-port",
+                "0",
+            ])
+            .args(["--iothub-admin-port", &admin.to_string()])
+            .arg("--password-file")
+            .arg(&passwd)
+            .arg("--web-token-file")
+            .arg(&token_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{admin}");
+    let with_token = |token: &str| {
+        Command::new(env!("CARGO_BIN_EXE_mqstate"))
+            .args(["iothub", "device", "list"])
+            .env("MQSTATE_IOTHUB_URL", &url)
+            .env("MQSTATE_WEB_TOKEN", token)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let start = Instant::now();
+    let token = loop {
+        if let Ok(token) = std::fs::read_to_string(&token_file)
+            && with_token(token.trim()).status.success()
+        {
+            break token.trim().to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let refused = mqstate(&url, &["device", "list"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("credentials required"), "{stderr}");
+    let wrong = with_token(&format!("{token}x"));
+    assert!(!wrong.status.success());
+}

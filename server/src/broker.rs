@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::admission::{AdmissionGate, GatedAuth};
+use crate::broker_tls::{RunningTlsListener, TlsListener};
 use crate::error::ServerError;
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
@@ -96,6 +97,7 @@ pub struct EmbeddedBroker {
     shutdown: Option<mqtt5::broker::server::BrokerShutdownHandle>,
     task: Option<JoinHandle<()>>,
     gate: Option<AdmissionGate>,
+    tls: Option<RunningTlsListener>,
 }
 
 impl std::fmt::Debug for EmbeddedBroker {
@@ -209,16 +211,19 @@ impl EmbeddedBroker {
                 config.max_packet_size.saturating_mul(8).max(64 << 20),
             )
             .with_cleanup_interval(Duration::from_secs(60));
-        let mut broker_config = BrokerConfig::default()
+        let broker_config = BrokerConfig::default()
             .with_bind_addresses(vec![config.bind])
             .with_max_packet_size(config.max_packet_size)
             .with_storage(storage)
             .with_sys_topics_enabled(false)
             .with_max_subscriptions_per_client(security.max_subscriptions_per_client)
             .with_event_handler(Arc::new(EventForwarder { events }));
-        if let Some((tls, addr)) = &security.tls {
-            broker_config = broker_config.with_tls(crate::security::broker_tls_config(tls, *addr));
-        }
+        // TLS is terminated by mqstate, not by the broker (see crate::broker_tls).
+        let tls_listener = match &security.tls {
+            Some((tls, addr)) => Some(TlsListener::bind(tls, *addr).await?),
+            None => None,
+        };
+        let handler_config = broker_config.clone();
         let mut broker = MqttBroker::with_config(broker_config).await.map_err(|e| {
             let sessions = session_dir
                 .map(|d| format!(" (sessions in {})", d.display()))
@@ -236,7 +241,11 @@ impl EmbeddedBroker {
             broker = broker.with_auth_provider(Arc::new(gated));
             gate = Some(opener);
         }
-        let tls_addr = broker.tls_local_addr();
+        let tls_addr = tls_listener
+            .as_ref()
+            .map(TlsListener::local_addr)
+            .transpose()?;
+        let tls = tls_listener.map(|l| l.start(&broker, handler_config));
         let addr = broker
             .local_addr()
             .ok_or_else(|| ServerError::Broker("the broker has no listening address".into()))?;
@@ -261,6 +270,7 @@ impl EmbeddedBroker {
             Ok(true) => {}
             _ => {
                 shutdown.shutdown();
+                drop(tls);
                 return Err(ServerError::Broker(
                     "the embedded broker did not become ready".into(),
                 ));
@@ -277,6 +287,7 @@ impl EmbeddedBroker {
             shutdown: Some(shutdown),
             task: Some(task),
             gate,
+            tls,
         })
     }
 
@@ -305,6 +316,9 @@ impl EmbeddedBroker {
 
     /// Stops the broker and waits (a few seconds at most) for it to finish.
     pub async fn shutdown(mut self) {
+        if let Some(tls) = self.tls.take() {
+            tls.stop();
+        }
         if let Some(s) = self.shutdown.take() {
             s.shutdown();
         }

@@ -41,6 +41,7 @@
 
 pub mod admission;
 pub mod broker;
+mod broker_tls;
 pub mod dashboard;
 pub mod dedup;
 mod error;
@@ -57,6 +58,7 @@ pub mod security;
 pub mod service;
 pub mod store;
 pub mod testing;
+pub mod web_auth;
 pub mod web_guard;
 
 pub use error::ServerError;

@@ -249,23 +249,30 @@ impl ServerConfig {
 }
 
 /// Starts the IoT Hub, with the dashboard's routes on its admin API server when it is on.
+/// `web`: the dashboard (with the store's monitor) when it is on, and the credentials the
+/// admin API's server asks for.
 async fn start_hub(
     hub_config: crate::iothub::IotHubConfig,
-    dashboard: Option<crate::dashboard::DashboardConfig>,
-    monitor: Option<crate::dashboard::Monitor>,
+    web: (
+        Option<(crate::dashboard::DashboardConfig, crate::dashboard::Monitor)>,
+        Option<Arc<crate::web_auth::WebAuth>>,
+    ),
     host: &str,
     port: u16,
 ) -> Result<crate::iothub::IotHubServer, crate::iothub::IotHubError> {
-    match (dashboard, monitor) {
-        (Some(dashboard), Some(monitor)) => {
-            let broker = (host.to_owned(), port);
-            crate::iothub::IotHubServer::start_with_routes(hub_config, move |hub| {
+    let (dashboard, auth) = web;
+    let broker = (host.to_owned(), port);
+    crate::iothub::IotHubServer::start_with_routes(
+        hub_config,
+        move |hub| match dashboard {
+            Some((dashboard, monitor)) => {
                 crate::dashboard::routes::router(monitor, Some(hub), dashboard.edit, broker)
-            })
-            .await
-        }
-        _ => crate::iothub::IotHubServer::start(hub_config).await,
-    }
+            }
+            None => axum::Router::new(),
+        },
+        auth,
+    )
+    .await
 }
 
 /// Parses `mqtt://host:port`, `tcp://host:port` or `host:port` (`[v6]:port` for IPv6).
@@ -335,6 +342,7 @@ pub struct LocalServer {
     /// The dashboard's own server, when it runs without the hub.
     dashboard: Option<crate::dashboard::DashboardServer>,
     dashboard_on: bool,
+    web_auth: Option<Arc<crate::web_auth::WebAuth>>,
 }
 
 impl LocalServer {
@@ -368,14 +376,22 @@ impl LocalServer {
             Some(dir) => Some(Persistence::open(dir, config.persist_mode)?),
             None => None,
         };
-        match (&config.iothub, &config.dashboard) {
-            (Some(hub), _) => config.security.check_iothub_bind(hub)?,
-            (None, Some(dashboard)) => config
-                .security
-                .check_dashboard_bind(dashboard.standalone_addr.map_or(config.bind, |a| a.ip()))?,
-            (None, None) => {}
-        }
+        // The address of the web surfaces (the hub's admin API, which carries the dashboard,
+        // or the dashboard's own server).
+        let web_ip = match (&config.iothub, &config.dashboard) {
+            (Some(hub), _) => {
+                config.security.check_iothub_bind(hub)?;
+                hub.admin_port.map(|_| hub.bind)
+            }
+            (None, Some(dashboard)) => {
+                let ip = dashboard.standalone_addr.map_or(config.bind, |a| a.ip());
+                config.security.check_dashboard_bind(ip)?;
+                Some(ip)
+            }
+            (None, None) => None,
+        };
         let mut store_credentials = None;
+        let mut access_control = None;
         let (broker, events, host, port, embedded) = match &config.broker {
             BrokerChoice::Embedded => {
                 let security = &config.security;
@@ -396,7 +412,9 @@ impl LocalServer {
                 if security.authenticates() {
                     let password = crate::security::random_password()?;
                     let access = AccessControl::load(security, &password).await?;
-                    broker_security.access = Some(Arc::new(access));
+                    let access = Arc::new(access);
+                    access_control = Some(Arc::clone(&access));
+                    broker_security.access = Some(access);
                     store_credentials = Some((crate::security::STORE_USER.to_owned(), password));
                 } else if security.rules_file.is_some() {
                     return Err(ServerError::Config(
@@ -436,6 +454,20 @@ impl LocalServer {
                 )
             }
             BrokerChoice::External { host, port } => (None, None, host.clone(), *port, false),
+        };
+        // Whoever may not read a key over MQTT must not read it over HTTP either.
+        let web_auth = match web_ip {
+            Some(ip) if config.security.authenticates() || !ip.is_loopback() => {
+                let token = match &config.security.web_token_file {
+                    Some(path) => crate::web_auth::token_from_file(path)?,
+                    None => crate::web_auth::random_token()?,
+                };
+                Some(Arc::new(crate::web_auth::WebAuth::new(
+                    token,
+                    access_control,
+                )))
+            }
+            _ => None,
         };
         service_config.host.clone_from(&host);
         service_config.port = port;
@@ -478,7 +510,8 @@ impl LocalServer {
                 if hub_config.data_dir.is_none() {
                     hub_config.data_dir.clone_from(&config.data_dir);
                 }
-                match start_hub(hub_config, config.dashboard, monitor.clone(), &host, port).await {
+                let web = (config.dashboard.zip(monitor.clone()), web_auth.clone());
+                match start_hub(hub_config, web, &host, port).await {
                     Ok(hub) => Some(hub),
                     Err(e) => {
                         service.shutdown().await;
@@ -502,7 +535,8 @@ impl LocalServer {
                     dashboard.edit,
                     (host.clone(), port),
                 );
-                match crate::dashboard::DashboardServer::start(addr, router).await {
+                match crate::dashboard::DashboardServer::start(addr, router, web_auth.clone()).await
+                {
                     Ok(server) => Some(server),
                     Err(e) => {
                         service.shutdown().await;
@@ -529,6 +563,7 @@ impl LocalServer {
             iothub,
             dashboard,
             dashboard_on: config.dashboard.is_some(),
+            web_auth,
         })
     }
 
@@ -555,6 +590,15 @@ impl LocalServer {
     /// The broker's actual port (the one the OS chose when the configured port was 0).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The access token the web surfaces (admin API, dashboard) ask for, when they ask for
+    /// credentials: broker authentication is on, or they listen beyond loopback
+    /// ([`crate::web_auth`]).
+    pub fn web_token(&self) -> Option<&str> {
+        self.web_auth
+            .as_deref()
+            .map(crate::web_auth::WebAuth::token)
     }
 
     /// The port of the embedded broker's TLS listener, when [`SecurityConfig::tls`] is set.

@@ -35,6 +35,8 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::web_auth::WebAuth;
+
 /// The host names a web surface answers to, besides IP addresses and `localhost`.
 #[derive(Debug, Clone, Default)]
 pub struct AllowedHosts {
@@ -73,9 +75,30 @@ fn host_name(host: &str) -> &str {
     }
 }
 
-/// `router` with the checks of this module in front of every route.
-pub fn guard(router: Router, hosts: AllowedHosts) -> Router {
+/// `router` with the checks of this module in front of every route, then, when `auth` is
+/// given, the credentials check of [`crate::web_auth`] (and its login page). Serve the
+/// result with [`serve`].
+pub fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) -> Router {
+    let router = match auth {
+        Some(auth) => crate::web_auth::require(router, auth),
+        None => router,
+    };
     router.layer(axum::middleware::from_fn_with_state(Arc::new(hosts), check))
+}
+
+/// Serves a [`guard`]ed router on `listener` until `stop` resolves (with the peer addresses
+/// the credentials check throttles by).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop)
+    .await
 }
 
 fn refuse(status: StatusCode, code: &str, message: String) -> Response {

@@ -522,3 +522,244 @@ async fn the_web_surfaces_refuse_foreign_hosts_and_cross_site_requests() {
     client.close().await;
     server.shutdown().await;
 }
+
+/// One request; the status, the headers and the body.
+async fn call_full(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, hyper::HeaderMap, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Issue 37: with broker authentication on, the dashboard and the admin API used to show
+/// every key and value, and device keys, to anyone who could reach them. Now they ask for
+/// the access token, a user of the password file, or a login session.
+#[tokio::test]
+async fn with_authentication_on_the_web_surfaces_ask_for_credentials() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
+    std::fs::write(dir.path().join("alice.pw"), "alice's password").unwrap();
+    let mut config = ServerConfig::default().with_iothub(IotHubConfig {
+        devices: vec![DeviceSpec::parse("dev1").unwrap()],
+        ..IotHubConfig::default()
+    });
+    config.security.password_file = Some(passwd);
+    config.dashboard = Some(DashboardConfig {
+        edit: true,
+        ..DashboardConfig::default()
+    });
+    let server = LocalServer::start_with(config).await.unwrap();
+    let admin = server.iothub().unwrap().endpoints().admin_endpoint.unwrap();
+    let token = server.web_token().expect("a token with authentication on");
+    let mut options = ConnectOptions::new(server.host(), server.port());
+    options.username = Some("alice".into());
+    options.password_file = Some(dir.path().join("alice.pw"));
+    let client = Client::connect(options).await.unwrap();
+    client
+        .set("secret", "the-secret-value", SetOptions::default())
+        .await
+        .unwrap();
+
+    let json = ("content-type", "application/json");
+    // No credentials, or wrong ones: nothing is read or changed.
+    let bearer_wrong = "Bearer not-the-token";
+    let basic_wrong = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:guess")
+    );
+    for auth in [None, Some(bearer_wrong), Some(basic_wrong.as_str())] {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        for path in [
+            "/dashboard/api/keys?prefix=",
+            "/dashboard/api/changes",
+            "/devices",
+            "/devices/dev1/token",
+            "/hub",
+        ] {
+            let (status, _, body) = call_full(admin, Method::GET, path, &headers, "").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {auth:?}: {body}");
+            assert!(!body.contains("the-secret-value"), "{body}");
+        }
+        let mut post = headers.clone();
+        post.push(json);
+        let (status, _, _) = call_full(
+            admin,
+            Method::POST,
+            "/dashboard/api/keys",
+            &post,
+            r#"{"key":"secret","value":"overwritten"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    // A browser asking for the page is sent to the login page.
+    let (status, headers, _) = call_full(
+        admin,
+        Method::GET,
+        "/dashboard/",
+        &[("accept", "text/html")],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/login");
+    let (status, _, page) = call_full(admin, Method::GET, "/login", &[], "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("Access token"), "{page}");
+
+    // The token, or a user of the password file: the keys are there.
+    let bearer = format!("Bearer {token}");
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:alice's password")
+    );
+    for auth in [bearer.as_str(), basic.as_str()] {
+        let (status, _, body) = call_full(
+            admin,
+            Method::GET,
+            "/dashboard/api/keys?prefix=",
+            &[("authorization", auth)],
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("secret"), "{body}");
+    }
+    // The store's internal user is not a web user.
+    let store = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("statestore:anything")
+    );
+    let (status, _, _) =
+        call_full(admin, Method::GET, "/hub", &[("authorization", &store)], "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // The login page's session: an HttpOnly, SameSite=Strict cookie that logout ends.
+    let (status, _, _) = call_full(
+        admin,
+        Method::POST,
+        "/login",
+        &[json],
+        r#"{"token":"not-the-token"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, headers, body) = call_full(
+        admin,
+        Method::POST,
+        "/login",
+        &[json],
+        &format!(r#"{{"token":"{token}"}}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let cookie = headers["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        "/dashboard/api/keys?prefix=",
+        &[("cookie", &session)],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, _) = call_full(
+        admin,
+        Method::POST,
+        "/logout",
+        &[("cookie", &session), json],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = call_full(
+        admin,
+        Method::GET,
+        "/dashboard/api/keys?prefix=",
+        &[("cookie", &session)],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Nothing was overwritten by the refused requests.
+    let value = client.get("secret").await.unwrap().unwrap().value;
+    assert_eq!(&value[..], b"the-secret-value");
+    client.close().await;
+    server.shutdown().await;
+}
+
+/// Web surfaces beyond loopback (accepted with --insecure) ask for credentials even
+/// without broker authentication; on loopback without authentication they stay open.
+#[tokio::test]
+async fn web_surfaces_beyond_loopback_ask_for_credentials() {
+    let mut config = ServerConfig::default().with_iothub(IotHubConfig {
+        bind: "0.0.0.0".parse().unwrap(),
+        device_port: 0,
+        admin_port: Some(0),
+        ..IotHubConfig::default()
+    });
+    config.security.insecure = true;
+    config.dashboard = Some(DashboardConfig::default());
+    let server = LocalServer::start_with(config).await.unwrap();
+    let port = server
+        .iothub()
+        .unwrap()
+        .endpoints()
+        .admin_endpoint
+        .unwrap()
+        .port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let token = server.web_token().expect("a token beyond loopback");
+    let (status, _, _) =
+        call_full(admin, Method::GET, "/dashboard/api/keys?prefix=", &[], "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let bearer = format!("Bearer {token}");
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        "/dashboard/api/keys?prefix=",
+        &[("authorization", &bearer)],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server.shutdown().await;
+
+    let (open, admin, client) = start(false).await;
+    assert!(open.web_token().is_none());
+    let (status, _, _) = call_full(admin, Method::GET, "/hub", &[], "").await;
+    assert_eq!(status, StatusCode::OK);
+    client.close().await;
+    open.shutdown().await;
+}

@@ -154,6 +154,57 @@ async fn tls_with_the_right_ca_passes_and_with_a_wrong_ca_fails() {
     server.shutdown().await;
 }
 
+/// Issue 37: a TCP connection to the TLS port that never sends a ClientHello used to stop
+/// every other TLS client from connecting (the broker ran each handshake inside its accept
+/// loop). Now each handshake runs on its own, and the silent one is dropped after 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_socket_on_the_tls_port_does_not_stall_other_tls_clients() {
+    let pki = Pki::new();
+    let server = start(SecurityConfig {
+        tls: Some(pki.tls(false)),
+        ..SecurityConfig::default()
+    })
+    .await;
+    let port = server.tls_port().unwrap();
+    let mut idle = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut connects = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let mut options = tls_client(
+            &server,
+            TlsOptions::default().with_ca_file(pki.path("ca.pem")),
+        );
+        options.connect_timeout = Duration::from_secs(5);
+        connects.spawn(async move {
+            let client = Client::connect(options).await?;
+            let elapsed = started.elapsed();
+            client.close().await;
+            Ok::<_, mqstate::Error>(elapsed)
+        });
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(done) = connects.join_next().await {
+        slowest = slowest.max(done.unwrap().expect("a TLS client failed to connect"));
+    }
+    println!("20 TLS clients connected within {slowest:?} beside an idle socket");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "20 TLS clients took {slowest:?} to connect beside an idle socket"
+    );
+    // The silent peer is dropped once the handshake timeout passes.
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncReadExt::read(&mut idle, &mut buf),
+    )
+    .await
+    .expect("the idle TLS socket was not closed within 20 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_required_client_certificate_that_is_missing_fails() {
     let pki = Pki::new();

@@ -55,6 +55,8 @@ pub enum AdminError {
 pub struct AdminClient {
     url: String,
     authority: String,
+    /// `Authorization: Bearer` value, for a server that asks for credentials.
+    token: Option<String>,
 }
 
 impl AdminClient {
@@ -74,7 +76,15 @@ impl AdminClient {
         Ok(AdminClient {
             url: url.trim_end_matches('/').to_owned(),
             authority: authority.to_owned(),
+            token: None,
         })
+    }
+
+    /// Sends `token` (the access token `mqstate serve` prints when it asks for credentials,
+    /// see docs/security.md) with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
     }
 
     /// The base URL.
@@ -108,11 +118,15 @@ impl AdminClient {
             .await
             .map_err(|e| self.transport(e))?;
         let driver = tokio::spawn(connection);
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, &self.authority)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = &self.token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.transport(e))?;
         let response = sender

@@ -78,14 +78,16 @@ impl IotHubServer {
     /// Validates the configuration, registers its devices, binds the device endpoint (and the
     /// admin API unless `admin_port` is `None`) and starts serving.
     pub async fn start(config: IotHubConfig) -> Result<IotHubServer, IotHubError> {
-        IotHubServer::start_with_routes(config, |_| axum::Router::new()).await
+        IotHubServer::start_with_routes(config, |_| axum::Router::new(), None).await
     }
 
     /// [`IotHubServer::start`], with more routes served by the admin API's HTTP server (the
-    /// dashboard's): `extra` gets the hub and returns them.
+    /// dashboard's): `extra` gets the hub and returns them. With `auth`, every route of that
+    /// server asks for credentials ([`crate::web_auth`]).
     pub async fn start_with_routes(
         config: IotHubConfig,
         extra: impl FnOnce(IotHub) -> axum::Router,
+        auth: Option<std::sync::Arc<crate::web_auth::WebAuth>>,
     ) -> Result<IotHubServer, IotHubError> {
         let hub = IotHub::new(config)?;
         let config = hub.config().clone();
@@ -137,16 +139,14 @@ impl IotHubServer {
             let router = crate::web_guard::guard(
                 extra(hub.clone()).merge(http::router(hub.clone())),
                 crate::web_guard::AllowedHosts::new([&config.hostname]),
+                auth,
             );
             let mut stop_http = stop_rx.clone();
             tasks.push(tokio::spawn(async move {
                 let shutdown = async move {
                     let _ = stop_http.changed().await;
                 };
-                if let Err(e) = axum::serve(listener, router)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                {
+                if let Err(e) = crate::web_guard::serve(listener, router, shutdown).await {
                     tracing::error!(%addr, error = %e, "iothub: admin API stopped");
                 }
             }));

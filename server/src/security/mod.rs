@@ -25,6 +25,7 @@ mod tokens;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+pub(crate) use passwd::write_private_file;
 pub use passwd::{hash_password, loose_permissions, set_password};
 pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};
 pub use rules::{Access, Rule, RuleSet, Subject, filter_within};
@@ -66,6 +67,10 @@ pub struct SecurityConfig {
     pub rules_file: Option<PathBuf>,
     /// Allow a non-loopback bind without TLS or without authentication.
     pub insecure: bool,
+    /// Where the web surfaces' access token is kept (`--web-token-file`; created with a
+    /// random token when missing). `None`: a new random token at each start
+    /// (docs/security.md, "The web surfaces").
+    pub web_token_file: Option<PathBuf>,
     /// The most subscriptions one client may hold (0: no limit). A SUBSCRIBE beyond it is
     /// refused with the reason code "quota exceeded" for each filter over the limit: every
     /// subscription costs the broker's router for every publish, so one client must not be
@@ -81,6 +86,7 @@ impl Default for SecurityConfig {
             sat_file: None,
             rules_file: None,
             insecure: false,
+            web_token_file: None,
             max_subscriptions_per_client: DEFAULT_MAX_SUBSCRIPTIONS,
         }
     }
@@ -117,21 +123,6 @@ impl SecurityConfig {
     }
 }
 
-/// The `mqtt5` broker's TLS settings for a listener on `addr`.
-pub(crate) fn broker_tls_config(
-    tls: &TlsSettings,
-    addr: std::net::SocketAddr,
-) -> mqtt5::broker::config::TlsConfig {
-    let mut config = mqtt5::broker::config::TlsConfig::new(tls.cert.clone(), tls.key.clone())
-        .with_bind_address(addr);
-    if let Some(ca) = &tls.client_ca {
-        config = config
-            .with_ca_file(ca.clone())
-            .with_require_client_cert(true);
-    }
-    config
-}
-
 /// A random password for the store's own connection (32 bytes from the OS, base64).
 pub(crate) fn random_password() -> Result<String, ServerError> {
     use base64::Engine as _;
@@ -146,33 +137,36 @@ pub(crate) fn random_password() -> Result<String, ServerError> {
 }
 
 impl SecurityConfig {
-    /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its HTTP admin
-    /// API has no authentication (anyone reaching it can register devices and send them
-    /// messages), even when its device endpoint has TLS and checks SAS tokens.
+    /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its admin API
+    /// (and the dashboard on the same server) speak plain HTTP, so the access token they ask
+    /// for there ([`crate::web_auth`]), device keys and key values would cross the network
+    /// unencrypted, even when the device endpoint has TLS.
     pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
         if hub.bind.is_loopback() || self.insecure {
             return Ok(());
         }
         Err(ServerError::Config(format!(
-            "refusing to run the local IoT Hub on {}: its admin API has no authentication, so \
-             anyone on the network could register devices and send them messages; bind it to \
-             127.0.0.1, pass --no-iothub, or pass --insecure to accept that",
+            "refusing to run the local IoT Hub on {}: its admin API speaks plain HTTP, so its \
+             access token, device keys and key values would cross the network unencrypted; \
+             bind it to 127.0.0.1 (and publish it through a TLS reverse proxy), pass \
+             --no-iothub, or pass --insecure to accept that (it still asks for the token)",
             hub.bind
         )))
     }
 
     /// Refuses the dashboard's own web server (the one it runs when the IoT Hub is off) on a
-    /// non-loopback address unless `insecure`: it shows every key and value with no
-    /// authentication. (With the hub on, the dashboard shares the admin API's server, which
+    /// non-loopback address unless `insecure`: it speaks plain HTTP, so its access token and
+    /// every key and value would cross the network unencrypted. (With the hub on, the dashboard shares the admin API's server, which
     /// [`SecurityConfig::check_iothub_bind`] guards.)
     pub fn check_dashboard_bind(&self, ip: std::net::IpAddr) -> Result<(), ServerError> {
         if ip.is_loopback() || self.insecure {
             return Ok(());
         }
         Err(ServerError::Config(format!(
-            "refusing to serve the dashboard on {ip}: it shows every key and value with no \
-             authentication; bind it to 127.0.0.1 (--iothub-bind), pass --no-dashboard, or pass \
-             --insecure to accept that"
+            "refusing to serve the dashboard on {ip}: it speaks plain HTTP, so its access token \
+             and every key and value would cross the network unencrypted; bind it to 127.0.0.1 \
+             (--iothub-bind), pass --no-dashboard, or pass --insecure to accept that (it still \
+             asks for the token)"
         )))
     }
 }

@@ -61,15 +61,19 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), Serve
     }
     let mut text = lines.join("\n");
     text.push('\n');
-    let write = || -> std::io::Result<()> {
-        use std::io::Write as _;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        options.open(path)?.write_all(text.as_bytes())
-    };
-    write().map_err(|e| ServerError::io(format!("writing {}", path.display()), e))
+    write_private_file(path, text.as_bytes())
+        .map_err(|e| ServerError::io(format!("writing {}", path.display()), e))
+}
+
+/// Writes `contents` to `path`; a file it creates is readable by its owner only (0600), an
+/// existing one keeps its mode.
+pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(contents)
 }
 
 /// A warning for a secrets file (password hashes, SAT tokens) that others than its owner may

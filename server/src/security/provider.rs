@@ -275,6 +275,21 @@ impl AccessControl {
         }
     }
 
+    /// Whether `user` and `password` are one of the password file's users, checked as an
+    /// MQTT login is (throttled per address of `peer`, on the blocking pool): the web
+    /// surfaces accept the broker's users (see [`crate::web_auth`]).
+    pub(crate) async fn password_accepted(
+        &self,
+        user: &str,
+        password: &[u8],
+        peer: SocketAddr,
+    ) -> bool {
+        matches!(
+            self.check_password(user, password, peer).await,
+            Ok(result) if result.authenticated
+        )
+    }
+
     fn may_publish(&self, client_id: &str, user: Option<&str>, topic: &str) -> bool {
         !self.confine
             || Self::is_store(user)

@@ -17,6 +17,8 @@ function el(tag, attrs, ...children) {
 
 async function getJson(url, init) {
   const res = await fetch(url, init);
+  // The session ended (the server asks for credentials): back to the login page.
+  if (res.status === 401) location.href = "/login";
   const body = await res.json().catch(() => ({}));
   if (!res.ok) throw new Error(body.message || `${res.status} ${res.statusText}`);
   return body;
