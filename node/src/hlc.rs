@@ -7,7 +7,7 @@
 //! registered once per JavaScript environment by `index.ts`: a plain JavaScript object, with
 //! nothing for the garbage collector to finalize. (As a native class, each one cost a wrap, a
 //! reference and a finalizer, about 1 µs of the JavaScript thread per `get`:
-//! docs/benchmark-log.md.)
+//! docs/performance.md#decisions.)
 
 use std::cmp::Ordering;
 

@@ -152,7 +152,7 @@ thread_local! {
 /// The running loop and its bridge. During a delivery by the last loop's reader callback
 /// (where a call's result resumes the Task that makes the next call), that loop, without
 /// `asyncio.get_running_loop()`: on CPython 3.11 each of those makes a `getpid` system call,
-/// a few percent of the loop's time per request (see docs/benchmark-log.md).
+/// a few percent of the loop's time per request (see docs/performance.md#decisions).
 fn running_bridge(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Bridge>)> {
     if DRAINING_LAST.get() {
         let last = LAST.with_borrow(|last| {

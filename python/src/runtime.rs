@@ -12,8 +12,9 @@ use tokio::runtime::Runtime;
 /// cheapest: each call's own work runs on the caller's thread (the event loop's, or the one
 /// blocked in the call), so the workers only move packets and run timers, and never take the
 /// GIL. A second worker measured costing about 3 µs of CPU per request on the runtime's
-/// threads and 1 µs on the event loop's, without carrying more requests (docs/benchmark-log.md,
-/// "One runtime worker"). A process that runs a busy in-process `LocalServer` may want more.
+/// threads and 1 µs on the event loop's, without carrying more requests
+/// (docs/performance.md#decisions, "One runtime worker"). A process that runs a busy
+/// in-process `LocalServer` may want more.
 const DEFAULT_WORKER_THREADS: usize = 1;
 
 /// The environment variable that sets the count of worker threads.

@@ -1,12 +1,13 @@
 //! # mqstate-uniffi
 //!
-//! The Kotlin and Swift bindings of the mqstate core, declared with uniffi's proc-macros.
+//! The Kotlin bindings of the mqstate core, declared with uniffi's proc-macros.
 //! `uniffi-bindgen` (the bin of this crate) reads the built library and writes
-//! `kotlin/src/main/kotlin/uniffi/mqstate/mqstate.kt` and `swift/Sources/Mqstate/`.
+//! `kotlin/src/main/kotlin/dev/mqstate/mqstate.kt`. Swift sources
+//! can be generated from the same library, but none are checked in or tested (`docs/swift.md`).
 //!
 //! This crate only converts types and errors: every rule (key checks, expiry limits, URL and
 //! environment parsing, fencing, lease renewal) lives in the core (`docs/architecture.md`).
-//! Async methods become Kotlin `suspend` functions and Swift `async` functions; their futures
+//! Async methods become Kotlin `suspend` functions (Swift `async` functions); their futures
 //! run on the library's own tokio runtime (`runtime::runtime`), and the foreign side only awaits a
 //! handle to them, so no foreign executor ever polls network code.
 //!

@@ -17,9 +17,9 @@ use tokio::task::JoinHandle;
 use crate::errors::MqstateError;
 
 /// Worker threads: the connection tasks are light; two keep one free while the other decodes.
-/// (The Python binding went down to one, measured in docs/benchmark-log.md, "One runtime
-/// worker"; here the calls that are not polled from the foreign side run on the workers, and
-/// no measurement of this binding was made, so it keeps two.)
+/// (The Python binding went down to one, measured in docs/performance.md#decisions, "One
+/// runtime worker"; here the calls that are not polled from the foreign side run on the
+/// workers, and no measurement of this binding was made, so it keeps two.)
 const WORKER_THREADS: usize = 2;
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
