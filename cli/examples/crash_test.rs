@@ -127,7 +127,7 @@ async fn main() {
         .data_dir
         .clone()
         .unwrap_or_else(|| tmp.path().join("data"));
-    let port = mqstate_server::testing::free_port().unwrap();
+    let port = mqstate_testing::free_port().unwrap();
     let mut server = start_server(&args.binary, port, &dir);
 
     let mut clients = Vec::new();

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::{cargo_bin, cargo_bin_cmd};
 use mqstate::Hlc;
-use mqstate_server::testing::{Backend, TestStore, free_port};
 use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_testing::{Backend, TestStore, free_port};
 
 /// Generous: the machine running the tests may be very busy.
 const PATIENCE: Duration = Duration::from_secs(60);

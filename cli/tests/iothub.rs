@@ -11,7 +11,7 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mqstate_server::testing;
+use mqstate_testing as testing;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 
 struct Serve(Child);

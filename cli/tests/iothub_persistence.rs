@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use mqstate_server::iothub::client::AdminClient;
 use mqstate_server::iothub::http::SendRequest;
 use mqstate_server::iothub::{Ack, FeedbackStatus, MessageState};
-use mqstate_server::testing;
+use mqstate_testing as testing;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};
 use tokio::sync::mpsc;
 

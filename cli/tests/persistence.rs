@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mqstate::{Client, ConnectOptions, ErrorKind, ServiceError, SetOptions};
-use mqstate_server::testing;
+use mqstate_testing as testing;
 
 /// A running `mqstate serve`; killed (SIGKILL) on drop.
 struct Serve {

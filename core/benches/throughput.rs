@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mqstate::{Client, ConnectOptions, SetOptions};
 use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
-use mqstate_server::testing::{Backend, Mosquitto, TestStore};
+use mqstate_testing::{Backend, Mosquitto, TestStore};
 use rumqttc::NetworkOptions;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};

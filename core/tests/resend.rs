@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use common::{WAIT, bounded, key, wait_state};
 use mqstate::{Client, ConnectOptions, ConnectionState, Hlc, ReconnectPolicy, SetOptions};
-use mqstate_server::testing;
 use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_testing as testing;
 
 /// The request timeout: the 10 s. Nothing may need it (the broker is back within a
 /// second), so any timeout is a failure.

@@ -16,7 +16,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Proxy, WAIT, bounded, key, next, spawn_requests, wait_state};
+use common::{WAIT, bounded, cut, key, next, proxy, restore, spawn_requests, wait_state};
 use mqstate::{
     Client, ConnectOptions, ConnectionState, ErrorKind, NotifyOperation, ReconnectPolicy,
     SetOptions,
@@ -44,8 +44,8 @@ async fn kill_and_restart_while_observing() {
         // The observer reaches the server through a proxy that is cut for the whole outage,
         // so that the writer's change lands while it is away (that is what the catch-up must
         // find) however long the restart takes.
-        let proxy = Proxy::start(port).await;
-        let fast = ConnectOptions::new("127.0.0.1", proxy.port).with_reconnect(
+        let proxy = proxy(port).await;
+        let fast = ConnectOptions::new("127.0.0.1", proxy.port()).with_reconnect(
             ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(200)),
         );
         let observer = Client::connect(fast).await.unwrap();
@@ -62,7 +62,7 @@ async fn kill_and_restart_while_observing() {
 
         // Requests in flight when the server dies: answered, or failed with a clear error.
         let in_flight = spawn_requests(&observer, &k, 16);
-        proxy.cut().await;
+        cut(&proxy);
         server.shutdown().await;
         wait_state(&observer, ConnectionState::Reconnecting).await;
         for r in in_flight {
@@ -91,7 +91,7 @@ async fn kill_and_restart_while_observing() {
             .set(&k, "v2-while-away", SetOptions::default())
             .await
             .unwrap();
-        proxy.restore();
+        restore(&proxy);
 
         wait_state(&observer, ConnectionState::Connected).await;
         assert!(states.has_changed().unwrap());
@@ -147,7 +147,7 @@ async fn requests_during_an_outage_that_outlasts_their_timeout_fail_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_connection_failure_is_reported() {
     bounded("first_connection_failure", async {
-        let port = mqstate_server::testing::free_port().unwrap();
+        let port = mqstate_testing::free_port().unwrap();
         let err = Client::connect(ConnectOptions::new("127.0.0.1", port))
             .await
             .unwrap_err();

@@ -20,7 +20,7 @@ use mqstate::{
     Client, ConnectOptions, Error, ErrorKind, Hlc, KeyObservation, NotifyOperation, Scan,
     SetOptions, VdelOutcome,
 };
-use mqstate_server::testing::{Backend, TestStore};
+use mqstate_testing::{Backend, TestStore};
 use serde_json::{Map, Value, json};
 
 /// How long anything that must happen may take (generous: the machine may be busy).

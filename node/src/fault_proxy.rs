@@ -1,4 +1,4 @@
-//! Test-only: `FaultProxy`, the Rust fault-injection proxy (`mqstate_server::fault_proxy`,
+//! Test-only: `FaultProxy`, the Rust fault-injection proxy (`mqstate_testing::fault_proxy`,
 //! the one the Rust and Python suites use) for the Node suite, so that every language's fault
 //! scenarios go through one proxy implementation.
 
@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use mqstate::Error;
-use mqstate_server::fault_proxy::{Direction, FaultProxy as Proxy, PacketKind};
+use mqstate_testing::fault_proxy::{Direction, FaultProxy as Proxy, PacketKind};
 use napi::Env;
 use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mqstate::Error;
 use mqstate_server::ServerConfig;
 use mqstate_server::persist::PersistMode;
-use mqstate_server::testing::SecuredFiles;
+use mqstate_testing::SecuredFiles;
 use napi::Env;
 use napi::bindgen_prelude::PromiseRaw;
 use napi_derive::napi;

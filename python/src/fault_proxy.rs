@@ -1,12 +1,12 @@
 //! Test-only: `mqstate._native._FaultProxy`, the Rust fault-injection proxy
-//! (`mqstate_server::fault_proxy`) for the Python suite, so that every language's fault
+//! (`mqstate_testing::fault_proxy`) for the Python suite, so that every language's fault
 //! scenarios use one proxy implementation.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mqstate_server::fault_proxy::{Direction, FaultProxy as Proxy, PacketKind};
+use mqstate_testing::fault_proxy::{Direction, FaultProxy as Proxy, PacketKind};
 use pyo3::prelude::*;
 
 use crate::errors;

@@ -9,8 +9,8 @@ use pyo3::types::PyTuple;
 
 use mqstate_server::broker::{EmbeddedBroker, EmbeddedBrokerConfig};
 use mqstate_server::persist::PersistMode;
-use mqstate_server::testing::SecuredFiles;
 use mqstate_server::{LocalServer as Server, ServerConfig};
+use mqstate_testing::SecuredFiles;
 
 use crate::errors;
 use crate::runtime::{runtime, wait};

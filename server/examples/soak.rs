@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mqstate::{Client, ConnectOptions, NotifyOperation, ReconnectPolicy, SetOptions};
-use mqstate_server::fault_proxy::{Direction, FaultProxy, PacketKind};
-use mqstate_server::{LocalServer, ServerConfig, testing};
+use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_testing as testing;
+use mqstate_testing::fault_proxy::{Direction, FaultProxy, PacketKind};
 use tokio::sync::Mutex;
 
 const WRITERS: usize = 8;

@@ -54,7 +54,13 @@ impl From<crate::iothub::IotHubError> for ServerError {
 }
 
 impl ServerError {
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// An I/O error, with what was being done (`context`) when it happened.
+    ///
+    /// ```
+    /// let e = mqstate_server::ServerError::io("opening the log", std::io::ErrorKind::NotFound.into());
+    /// assert!(e.to_string().contains("opening the log"));
+    /// ```
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         ServerError::Io {
             context: context.into(),
             source,

@@ -8,7 +8,6 @@
 //! `mqtt5` crate's broker, started in-process) or an external one (Mosquitto...).
 //!
 //! - [`LocalServer`]: start / stop the whole thing (`mqstate serve` and tests use it).
-//! - [`testing`]: a [`testing::Mosquitto`] process for tests, and [`testing::free_port`].
 //! - [`store`]: keys, versions, fencing tokens, expiry deadlines, quota (synchronous).
 //! - [`registrations`]: KEYNOTIFY registrations and connection counting.
 //! - [`dedup`]: the duplicate-request cache.
@@ -45,7 +44,6 @@ mod broker_tls;
 pub mod dashboard;
 pub mod dedup;
 mod error;
-pub mod fault_proxy;
 pub mod handler;
 pub mod iothub;
 mod local_server;
@@ -57,7 +55,6 @@ pub mod scan;
 pub mod security;
 pub mod service;
 pub mod store;
-pub mod testing;
 pub mod web_auth;
 pub mod web_guard;
 

@@ -697,7 +697,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_external_broker_is_a_clear_error() {
-        let port = crate::testing::free_port().unwrap();
+        // A port nobody listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let mut config = ServerConfig::external(&format!("mqtt://127.0.0.1:{port}")).unwrap();
         config.connect_timeout = Duration::from_millis(500);
         let err = LocalServer::start_with(config).await.unwrap_err();

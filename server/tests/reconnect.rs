@@ -22,8 +22,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{RawClient, Req, resp};
-use mqstate_server::testing::{self, Backend, TestStore};
 use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_testing::{self as testing, Backend, TestStore};
 use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 

@@ -23,9 +23,9 @@ use mqstate::{
     Client, ConnectOptions, ConnectionState, Error, ErrorKind, KeyObservation, NotifyOperation,
     ReconnectPolicy, SetOptions,
 };
-use mqstate_server::fault_proxy::{Direction, FaultProxy, PacketKind};
-use mqstate_server::testing::{self, Mosquitto};
 use mqstate_server::{LocalServer, ServerConfig};
+use mqstate_testing::fault_proxy::{Direction, FaultProxy, PacketKind};
+use mqstate_testing::{self as testing, Mosquitto};
 
 /// Bound on anything that must happen (generous: slowness is not a failure, a hang is).
 const WAIT: Duration = Duration::from_secs(30);

@@ -565,7 +565,7 @@ async fn a_non_loopback_bind_without_tls_or_authentication_is_refused() {
 #[tokio::test]
 async fn attach_mode_over_tls_with_a_password_to_mosquitto() {
     let pki = Pki::new();
-    let tls_port = mqstate_server::testing::free_port().unwrap();
+    let tls_port = mqstate_testing::free_port().unwrap();
     let files: Vec<(PathBuf, &str)> = ["ca.pem", "server.pem", "server.key"]
         .iter()
         .map(|n| (pki.path(n), *n))
@@ -599,10 +599,10 @@ async fn attach_mode_over_tls_with_a_password_to_mosquitto() {
             dir.join("server.key").display(),
         )
     };
-    let mosquitto = match mqstate_server::testing::Mosquitto::start_with_extra_config(setup) {
+    let mosquitto = match mqstate_testing::Mosquitto::start_with_extra_config(setup) {
         Ok(m) => m,
         Err(e @ ServerError::MosquittoNotInstalled { .. })
-            if !mqstate_server::testing::mosquitto_required() =>
+            if !mqstate_testing::mosquitto_required() =>
         {
             println!("SKIPPED attach_mode_over_tls_with_a_password_to_mosquitto: {e}");
             return;

@@ -201,7 +201,7 @@ struct Seen {
 /// Runs the crash test.
 pub async fn run(config: &CrashConfig) -> CrashReport {
     let began = Instant::now();
-    let free = || mqstate_server::testing::free_port().expect("a free port");
+    let free = || mqstate_testing::free_port().expect("a free port");
     let ports = Ports {
         broker: free(),
         devices: free(),

@@ -1,5 +1,5 @@
 //! Shared harness of the client's integration tests: a state store on the embedded broker or
-//! on Mosquitto, a TCP proxy that can cut connections, and the scenarios every backend runs.
+//! on Mosquitto, outages through the fault proxy of `mqstate-testing`, and the scenarios every backend runs.
 
 #![allow(
     dead_code,
@@ -11,8 +11,6 @@
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,9 +18,8 @@ use mqstate::{
     Client, ConnectOptions, ConnectionState, Error, ErrorKind, KeyNotification, NotifyOperation,
     ServiceError, SetOptions, VdelOutcome,
 };
-use mqstate_server::testing::{self, TestStore};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Mutex;
+use mqstate_testing::fault_proxy::FaultProxy;
+use mqstate_testing::{self as testing, TestStore};
 use tokio::task::JoinHandle;
 
 /// Bound on anything that must happen (generous: slowness is not a failure, a hang is).
@@ -38,7 +35,7 @@ pub async fn bounded<F: Future<Output = ()>>(name: &str, f: F) {
     }
 }
 
-pub use mqstate_server::testing::Backend;
+pub use mqstate_testing::Backend;
 
 /// A running state store (see [`TestStore`]) and how clients reach it.
 pub struct Env {
@@ -576,82 +573,33 @@ pub async fn sub_second_timeout(mut env: Env) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A TCP proxy that can cut every connection (an outage without restarting the broker)
+// An outage without restarting the broker: the workspace's fault proxy (mqstate-testing)
 // ---------------------------------------------------------------------------------------------
 
-pub struct Proxy {
-    pub port: u16,
-    up: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    accept: JoinHandle<()>,
+/// A fault proxy in front of `upstream` on loopback.
+pub async fn proxy(upstream: u16) -> FaultProxy {
+    FaultProxy::start(SocketAddr::from((Ipv4Addr::LOCALHOST, upstream)))
+        .await
+        .unwrap()
 }
 
-impl Proxy {
-    pub async fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
-        let accept = {
-            let up = up.clone();
-            let conns = conns.clone();
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        drop(inbound); // refused while down
-                        continue;
-                    }
-                    let task = tokio::spawn(async move {
-                        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream));
-                        if let Ok(mut outbound) = TcpStream::connect(addr).await {
-                            let _ = inbound.set_nodelay(true);
-                            let _ = outbound.set_nodelay(true);
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    conns.lock().await.push(task);
-                }
-            })
-        };
-        Proxy {
-            port,
-            up,
-            conns,
-            accept,
-        }
-    }
-
-    /// Cuts every connection and refuses new ones until [`Proxy::restore`].
-    pub async fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for task in self.conns.lock().await.drain(..) {
-            task.abort();
-        }
-    }
-
-    pub fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
+/// Cuts every connection through `proxy` and refuses new ones until [`restore`].
+pub fn cut(proxy: &FaultProxy) {
+    proxy.set_refusing(true);
+    proxy.drop_connections();
 }
 
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        if let Ok(mut conns) = self.conns.try_lock() {
-            for task in conns.drain(..) {
-                task.abort();
-            }
-        }
-    }
+/// Accepts connections through `proxy` again.
+pub fn restore(proxy: &FaultProxy) {
+    proxy.set_refusing(false);
 }
 
 /// The outage scenario through a proxy: an observer is cut off while another client writes;
 /// requests made during the outage complete once the connection is back; the observer gets
 /// the change made while it was away.
 pub async fn outage_through_proxy(env: &Env) {
-    let proxy = Proxy::start(env.store.port()).await;
-    let mut opts = ConnectOptions::new("127.0.0.1", proxy.port);
+    let proxy = proxy(env.store.port()).await;
+    let mut opts = ConnectOptions::new("127.0.0.1", proxy.port());
     opts.reconnect =
         mqstate::ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(200));
     let observer = Client::connect(opts).await.unwrap();
@@ -663,7 +611,7 @@ pub async fn outage_through_proxy(env: &Env) {
         .unwrap();
     let mut obs = observer.observe(&k).await.unwrap();
 
-    proxy.cut().await;
+    cut(&proxy);
     wait_state(&observer, ConnectionState::Reconnecting).await;
     let during = writer
         .set(&k, "while-away", SetOptions::default())
@@ -672,7 +620,7 @@ pub async fn outage_through_proxy(env: &Env) {
     // Requests made during the outage wait for the connection, then complete.
     let pending = spawn_requests(&observer, &k, 8);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.restore();
+    restore(&proxy);
     wait_state(&observer, ConnectionState::Connected).await;
     for p in pending {
         p.await

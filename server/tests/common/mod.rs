@@ -11,7 +11,7 @@ use bytes::Bytes;
 use mqstate::Hlc;
 use mqstate::topics::{self, REQUEST_TOPIC};
 use mqstate_server::ServerConfig;
-use mqstate_server::testing::{self, TestStore};
+use mqstate_testing::{self as testing, TestStore};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties, SubscribeReasonCode};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 /// failure; only a missing message is).
 pub const WAIT: Duration = Duration::from_secs(10);
 
-pub use mqstate_server::testing::Backend;
+pub use mqstate_testing::Backend;
 
 /// A running server on one backend (see [`TestStore`]), with raw clients.
 pub struct Harness {

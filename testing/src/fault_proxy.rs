@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use mqstate_server::fault_proxy::{Direction, FaultProxy, PacketKind};
+//! use mqstate_testing::fault_proxy::{Direction, FaultProxy, PacketKind};
 //!
 //! let proxy = FaultProxy::start("127.0.0.1:1883".parse().unwrap()).await?;
 //! // clients connect to 127.0.0.1:proxy.port() ...
