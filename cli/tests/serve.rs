@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mqstate::topics::{self, REQUEST_TOPIC};
+use mqstate::protocol::topics::{self, REQUEST_TOPIC};
 use mqstate_testing as testing;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};

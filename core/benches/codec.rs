@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, criterion_group, criterion_main};
-use mqstate::resp3::{self, Reply, SetCondition};
+use mqstate::protocol::resp3::{self, Reply, SetCondition};
 
 fn codec(c: &mut Criterion) {
     let key = b"sensor/line-3/temperature";

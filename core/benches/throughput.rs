@@ -240,8 +240,8 @@ impl RawEcho {
         // and routes them on every message), but not the same request topic: the stub
         // store listens on that one.
         let requester_id = format!("mqstate-{:016x}", fastrand::u64(..));
-        let req_topic = mqstate::topics::REQUEST_TOPIC.replace("0FE8", "BE7C");
-        let resp_topic = mqstate::topics::response_topic(&requester_id);
+        let req_topic = mqstate::protocol::topics::REQUEST_TOPIC.replace("0FE8", "BE7C");
+        let resp_topic = mqstate::protocol::topics::response_topic(&requester_id);
         let mut tasks = Vec::new();
         let subscribed = spawn_responder(
             port,
@@ -257,7 +257,7 @@ impl RawEcho {
         // The same two subscriptions as mqstate's (responses, notifications).
         let filters = [
             resp_topic.clone(),
-            mqstate::topics::notification_filter(&requester_id),
+            mqstate::protocol::topics::notification_filter(&requester_id),
         ];
         client
             .subscribe_many(
@@ -364,7 +364,7 @@ impl StubStore {
         spawn_responder(
             port,
             format!("bench-stub-store-{}", unique_tag()),
-            mqstate::topics::REQUEST_TOPIC.to_owned(),
+            mqstate::protocol::topics::REQUEST_TOPIC.to_owned(),
             true,
             &mut tasks,
         )

@@ -2,7 +2,7 @@
 //! network: `cargo run -p mqstate --example codec_demo`.
 
 use bytes::{Bytes, BytesMut};
-use mqstate::resp3::{self, SetCondition};
+use mqstate::protocol::resp3::{self, SetCondition};
 use mqstate::{Hlc, HlcClock};
 
 fn show(label: &str, bytes: &[u8]) {

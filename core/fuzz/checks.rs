@@ -4,7 +4,7 @@
 //! Each function panics (the finding) if a decoder misbehaves on `data`.
 
 use bytes::{Bytes, BytesMut};
-use mqstate::resp3::{self, NotifyOperation};
+use mqstate::protocol::resp3::{self, NotifyOperation};
 
 /// Every per-command reply decoder on arbitrary bytes: no panic, no read past the input.
 pub fn decode_reply(data: &[u8]) {

@@ -6,8 +6,8 @@
 use bytes::Bytes;
 
 use crate::client::{Client, SetOptions};
-use crate::error::Error;
-use crate::options::ConnectOptions;
+use crate::protocol::errors::Error;
+use crate::client::options::ConnectOptions;
 
 /// Connects its own client to `url`, writes one 32-byte value, then runs `n` GETs of it with
 /// `depth` in flight (tokio tasks sharing the client). Returns the GETs per second.

@@ -28,7 +28,7 @@
 //!
 //! ```
 //! use bytes::BytesMut;
-//! use mqstate::resp3;
+//! use mqstate::protocol::resp3;
 //!
 //! let mut buf = BytesMut::new();
 //! resp3::encode_get(&mut buf, b"SETKEY2");
@@ -55,20 +55,14 @@ pub mod protocol;
 #[cfg(feature = "client")]
 pub mod stream;
 
-// The paths of the flat layout, kept for downstream code.
 #[cfg(feature = "client")]
-pub use client::options;
-pub use protocol::errors as error;
-pub use protocol::{hlc, instance, resp3, topics};
-
+pub use client::options::{ConnectOptions, ReconnectPolicy, TlsOptions};
 #[cfg(feature = "client")]
 pub use client::{
     Client, ConnectionState, KeyNotification, KeyObservation, Scan, ScanKeys, SetOptions,
     SetOutcome, VdelOutcome, Versioned,
 };
-pub use error::{Error, ErrorKind, ServiceError};
-pub use hlc::{Hlc, HlcClock};
-#[cfg(feature = "client")]
-pub use options::{ConnectOptions, ReconnectPolicy, TlsOptions};
 pub use protocol::PERSISTENCE_PROPERTY;
-pub use resp3::{NotifyOperation, SetCondition};
+pub use protocol::errors::{Error, ErrorKind, ServiceError};
+pub use protocol::hlc::{Hlc, HlcClock};
+pub use protocol::resp3::{NotifyOperation, SetCondition};

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, watch};
 
 use crate::client::{ConnectionState, KeyNotification, KeyObservation};
-use crate::error::Error;
+use crate::protocol::errors::Error;
 use crate::lock::{LeadershipEvent, LeadershipEvents, LeaseEvent, LeaseEvents};
 
 /// A core stream that yields items until it ends: [`KeyObservation`], [`LeaseEvents`],

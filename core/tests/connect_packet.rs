@@ -127,11 +127,11 @@ async fn connect_carries_session_settings_and_rotating_credentials() {
     assert_eq!(first, 0x82);
     assert!(contains(
         &subscribe,
-        mqstate::topics::response_topic("connect-packet-test").as_bytes()
+        mqstate::protocol::topics::response_topic("connect-packet-test").as_bytes()
     ));
     assert!(contains(
         &subscribe,
-        mqstate::topics::notification_filter("connect-packet-test").as_bytes()
+        mqstate::protocol::topics::notification_filter("connect-packet-test").as_bytes()
     ));
     assert_eq!(client.state(), ConnectionState::Connected);
 

@@ -11,8 +11,8 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use mqstate::hlc::{Hlc, HlcClock, HlcError, ManualClock, WallClock};
-use mqstate::topics;
+use mqstate::protocol::hlc::{Hlc, HlcClock, HlcError, ManualClock, WallClock};
+use mqstate::protocol::topics;
 use proptest::prelude::*;
 
 const DRIFT_MS: u64 = 60_000;

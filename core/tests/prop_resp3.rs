@@ -8,7 +8,7 @@
 )]
 
 use bytes::{Bytes, BytesMut};
-use mqstate::resp3::{self, NotifyOperation, Reply, Request, SetCondition};
+use mqstate::protocol::resp3::{self, NotifyOperation, Reply, Request, SetCondition};
 use proptest::prelude::*;
 
 fn key() -> impl Strategy<Value = Vec<u8>> {

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqstate::hlc::{Hlc, HlcClock, HlcError, ManualClock};
+use mqstate::protocol::hlc::{Hlc, HlcClock, HlcError, ManualClock};
 use serde_json::Value;
 
 fn load() -> Value {

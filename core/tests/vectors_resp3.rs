@@ -8,7 +8,7 @@
 )]
 
 use bytes::{Bytes, BytesMut};
-use mqstate::resp3::{
+use mqstate::protocol::resp3::{
     self, KeyNotifyReply, NotifyOperation, Reply, Request, SetCondition, SetReply,
 };
 use mqstate::{Error, ServiceError};

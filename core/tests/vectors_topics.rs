@@ -7,7 +7,7 @@
     clippy::indexing_slicing
 )]
 
-use mqstate::topics::{self, TopicError};
+use mqstate::protocol::topics::{self, TopicError};
 use serde_json::Value;
 
 fn load() -> Value {

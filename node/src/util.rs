@@ -101,7 +101,7 @@ where
             }
             Ok(Some(Err(e))) => Err(js_error(&env, &e, &[])),
             Ok(None) => Err(abort_error(&env)),
-            Err(panic) => Err(napi::Error::from_reason(mqstate::error::panic_report(
+            Err(panic) => Err(napi::Error::from_reason(mqstate::protocol::errors::panic_report(
                 &*panic,
             ))),
         };

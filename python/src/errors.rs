@@ -63,9 +63,9 @@ pub(crate) fn invalid_argument(py: Python<'_>, message: impl AsRef<str>) -> PyEr
 }
 
 /// The `RuntimeError` for a Rust panic caught at the binding's edge, in the words every
-/// binding uses ([`mqstate::error::panic_report`]).
+/// binding uses ([`mqstate::protocol::errors::panic_report`]).
 pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> PyErr {
-    pyo3::exceptions::PyRuntimeError::new_err(mqstate::error::panic_report(panic))
+    pyo3::exceptions::PyRuntimeError::new_err(mqstate::protocol::errors::panic_report(panic))
 }
 
 /// A core result on its way to Python: the error becomes an exception when it reaches Python

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use mqstate::Hlc;
-use mqstate::resp3::{self, SetCondition};
+use mqstate::protocol::resp3::{self, SetCondition};
 use mqstate_server::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use mqstate_server::handler::{Handler, HandlerConfig, RequestContext};
 use mqstate_server::store::{SetArgs, Store};

@@ -39,9 +39,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use mqstate::hlc::{DEFAULT_MAX_DRIFT, HlcError, WallClock};
-use mqstate::resp3::{self, Reply, Request};
-use mqstate::topics::{self, MAX_TOPIC_LEN};
+use mqstate::protocol::hlc::{DEFAULT_MAX_DRIFT, HlcError, WallClock};
+use mqstate::protocol::resp3::{self, Reply, Request};
+use mqstate::protocol::topics::{self, MAX_TOPIC_LEN};
 use mqstate::{Hlc, HlcClock, ServiceError};
 
 use crate::registrations::Registrations;
@@ -234,7 +234,7 @@ impl Handler {
                                 Some(KeyView::of(key, &entry, lease, now))
                             })
                             .collect(),
-                        next: page.token.map(|t| mqstate::topics::hex_encode(&t)),
+                        next: page.token.map(|t| mqstate::protocol::topics::hex_encode(&t)),
                         count: self.store.len(),
                     })
                     .map_err(|e| e.text().to_owned());
@@ -549,8 +549,8 @@ fn clock_error(e: HlcError) -> ServiceError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mqstate::hlc::ManualClock;
-    use mqstate::resp3::{
+    use mqstate::protocol::hlc::ManualClock;
+    use mqstate::protocol::resp3::{
         SetCondition, encode_del, encode_get, encode_keynotify, encode_set, encode_vdel,
     };
 

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mqstate::hlc::{DEFAULT_MAX_DRIFT, WallClock};
+use mqstate::protocol::hlc::{DEFAULT_MAX_DRIFT, WallClock};
 use tokio::sync::mpsc;
 
 use crate::broker::{BrokerSecurity, EmbeddedBroker, EmbeddedBrokerConfig};

@@ -20,7 +20,7 @@
 //! use std::time::Instant;
 //! use bytes::Bytes;
 //! use mqstate::Hlc;
-//! use mqstate::resp3::ScanPage;
+//! use mqstate::protocol::resp3::ScanPage;
 //! use mqstate_server::scan;
 //! use mqstate_server::store::{ScanLimits, SetArgs, Store};
 //!
@@ -42,7 +42,7 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use mqstate::ServiceError;
 use mqstate::protocol::glob::Pattern;
-use mqstate::resp3::ScanPage;
+use mqstate::protocol::resp3::ScanPage;
 
 use crate::store::{ScanLimits, Store};
 

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use mqstate::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
-use mqstate::topics::{self, REQUEST_TOPIC, TopicError};
+use mqstate::protocol::instance::{INSTANCE_PROPERTY, INSTANCE_TOPIC};
+use mqstate::protocol::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{
     DisconnectReasonCode, Filter, Packet, Publish, PublishProperties, SubscribeReasonCode,
@@ -586,7 +586,7 @@ async fn poll_loop(
                 if granted(ack.return_codes.first()) {
                     // Tell the clients which store instance listens now (retained, so that
                     // clients subscribing later learn it too): a client that sees a new id
-                    // restores its observations (see mqstate::instance).
+                    // restores its observations (see mqstate::protocol::instance).
                     if let Err(e) = client.try_publish(
                         INSTANCE_TOPIC,
                         QoS::AtLeastOnce,
@@ -686,12 +686,12 @@ enum RequestKind {
 
 impl RequestKind {
     fn of(payload: &Bytes) -> Self {
-        match mqstate::resp3::decode_request(payload) {
-            Ok(mqstate::resp3::Request::Get { key }) => RequestKind::Read(key),
+        match mqstate::protocol::resp3::decode_request(payload) {
+            Ok(mqstate::protocol::resp3::Request::Get { key }) => RequestKind::Read(key),
             Ok(
-                mqstate::resp3::Request::Set { .. }
-                | mqstate::resp3::Request::Del { .. }
-                | mqstate::resp3::Request::Vdel { .. },
+                mqstate::protocol::resp3::Request::Set { .. }
+                | mqstate::protocol::resp3::Request::Del { .. }
+                | mqstate::protocol::resp3::Request::Vdel { .. },
             ) => RequestKind::Write,
             _ => RequestKind::Other,
         }

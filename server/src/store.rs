@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mqstate::protocol::glob::Pattern;
-use mqstate::resp3::SetCondition;
+use mqstate::protocol::resp3::SetCondition;
 use mqstate::{Hlc, ServiceError};
 
 /// One stored key, as the store hands it out (a snapshot: [`Store::get`] builds it from the

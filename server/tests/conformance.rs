@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{Backend, Harness, Req, WAIT, resp};
 use mqstate::Hlc;
-use mqstate::topics::{self, REQUEST_TOPIC};
+use mqstate::protocol::topics::{self, REQUEST_TOPIC};
 use mqstate_server::ServerConfig;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 

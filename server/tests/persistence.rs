@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mqstate::hlc::ManualClock;
-use mqstate::resp3::{SetCondition, encode_set};
+use mqstate::protocol::hlc::ManualClock;
+use mqstate::protocol::resp3::{SetCondition, encode_set};
 use mqstate::{Client, ConnectOptions, SetOptions};
 use mqstate_server::handler::{HandlerConfig, RequestContext};
 use mqstate_server::persist::{self, PersistMode, Persistence};

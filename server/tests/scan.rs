@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{Harness, RawClient, resp};
-use mqstate::resp3::{ScanPage, decode_scan_reply};
+use mqstate::protocol::resp3::{ScanPage, decode_scan_reply};
 use mqstate_server::persist::PersistMode;
 use mqstate_server::{LocalServer, ServerConfig};
 

@@ -326,7 +326,7 @@ pub(crate) fn finish<B: BoundaryOutput>(result: std::thread::Result<B>) -> B::Re
         Err(payload) => {
             set_last_error(FfiError::new(
                 MQSTATE_PANIC,
-                mqstate::error::panic_report(payload.as_ref()),
+                mqstate::protocol::errors::panic_report(payload.as_ref()),
             ));
             // Dropping a payload can itself panic (a payload with a panicking Drop): contain
             // that too, and forget that second payload rather than risk unwinding out.

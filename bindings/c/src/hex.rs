@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use mqstate::topics;
+use mqstate::protocol::topics;
 
 use crate::boundary::{FfiError, Out, arg_bytes, arg_str, mqstate_status, mqstate_status::*};
 

@@ -52,8 +52,8 @@ impl<E: EventSource> Session<E> {
         vec![
             self.shared.response_topic.clone(),
             self.shared.notify_filter.clone(),
-            // Optional (its refusal is not fatal): see `crate::instance`.
-            crate::instance::INSTANCE_TOPIC.to_owned(),
+            // Optional (its refusal is not fatal): see `crate::protocol::instance`.
+            crate::protocol::instance::INSTANCE_TOPIC.to_owned(),
         ]
     }
 
@@ -61,10 +61,10 @@ impl<E: EventSource> Session<E> {
     /// instance other than the last one seen means the store restarted and forgot our
     /// KEYNOTIFY registrations; restore them (re-register and catch up) as after a reconnect.
     fn check_instance(&self, message: &crate::client::transport::IncomingMessage) {
-        let id = if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+        let id = if message.topic == crate::protocol::instance::INSTANCE_TOPIC.as_bytes() {
             std::str::from_utf8(&message.payload).ok()
         } else {
-            message.property(crate::instance::INSTANCE_PROPERTY)
+            message.property(crate::protocol::instance::INSTANCE_PROPERTY)
         };
         if let Some(id) = id
             && self.shared.instance.observe(id)
@@ -286,7 +286,7 @@ impl<E: EventSource> Session<E> {
 
     fn route(&self, message: crate::client::transport::IncomingMessage) {
         self.check_instance(&message);
-        if message.topic == crate::instance::INSTANCE_TOPIC.as_bytes() {
+        if message.topic == crate::protocol::instance::INSTANCE_TOPIC.as_bytes() {
             return;
         }
         if message.topic == self.shared.response_topic.as_bytes() {
@@ -713,7 +713,7 @@ mod tests {
 
     fn announcement(id: &str) -> Result<TransportEvent, PollError> {
         Ok(TransportEvent::Message(IncomingMessage {
-            topic: Bytes::from_static(crate::instance::INSTANCE_TOPIC.as_bytes()),
+            topic: Bytes::from_static(crate::protocol::instance::INSTANCE_TOPIC.as_bytes()),
             payload: Bytes::copy_from_slice(id.as_bytes()),
             correlation: None,
             user_properties: vec![],
@@ -739,7 +739,7 @@ mod tests {
                 payload: Bytes::new(),
                 correlation: None,
                 user_properties: vec![(
-                    crate::instance::INSTANCE_PROPERTY.to_owned(),
+                    crate::protocol::instance::INSTANCE_PROPERTY.to_owned(),
                     "first".to_owned(),
                 )],
             })),
@@ -756,13 +756,13 @@ mod tests {
         // The instance topic is subscribed with the others.
         let subs = h.subscribes.lock().unwrap().clone();
         assert_eq!(subs[0].len(), 3);
-        assert_eq!(subs[0][2], crate::instance::INSTANCE_TOPIC);
+        assert_eq!(subs[0][2], crate::protocol::instance::INSTANCE_TOPIC);
         h.shutdown.send_replace(true);
         h.task.await.unwrap();
     }
 
     fn h_response_topic() -> String {
-        crate::topics::response_topic("c1")
+        crate::protocol::topics::response_topic("c1")
     }
 
     #[tokio::test]

@@ -26,21 +26,21 @@ use crate::protocol::errors::Error;
 /// Operations convention for MQTT5 enhanced authentication.
 ///
 /// ```
-/// assert_eq!(mqstate::options::SAT_AUTH_METHOD, "K8S-SAT");
+/// assert_eq!(mqstate::client::options::SAT_AUTH_METHOD, "K8S-SAT");
 /// ```
 pub const SAT_AUTH_METHOD: &str = "K8S-SAT";
 
 /// The default MQTT port without TLS.
 ///
 /// ```
-/// use mqstate::{ConnectOptions, options::DEFAULT_PORT};
+/// use mqstate::{ConnectOptions, client::options::DEFAULT_PORT};
 /// assert_eq!(ConnectOptions::from_url("mqtt://h").unwrap().port, DEFAULT_PORT);
 /// ```
 pub const DEFAULT_PORT: u16 = 1883;
 /// The default MQTT port with TLS.
 ///
 /// ```
-/// use mqstate::{ConnectOptions, options::DEFAULT_TLS_PORT};
+/// use mqstate::{ConnectOptions, client::options::DEFAULT_TLS_PORT};
 /// assert_eq!(ConnectOptions::from_url("mqtts://h").unwrap().port, DEFAULT_TLS_PORT);
 /// ```
 pub const DEFAULT_TLS_PORT: u16 = 8883;
@@ -48,7 +48,7 @@ pub const DEFAULT_TLS_PORT: u16 = 8883;
 /// Every `AIO_*` variable [`ConnectOptions::from_env`] reads.
 ///
 /// ```
-/// assert!(mqstate::options::ENV_VARS.contains(&"AIO_SAT_FILE"));
+/// assert!(mqstate::client::options::ENV_VARS.contains(&"AIO_SAT_FILE"));
 /// ```
 pub const ENV_VARS: &[&str] = &[
     "AIO_BROKER_HOSTNAME",

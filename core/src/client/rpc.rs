@@ -102,8 +102,8 @@ pub(crate) struct Shared {
     pub(crate) publisher: Arc<dyn Publisher>,
     pub(crate) state: watch::Sender<ConnectionState>,
     pub(crate) registry: Registry,
-    /// The last store instance id seen (the store-instance extension, [`crate::instance`]).
-    pub(crate) instance: crate::instance::InstanceTracker,
+    /// The last store instance id seen (the store-instance extension, [`crate::protocol::instance`]).
+    pub(crate) instance: crate::protocol::instance::InstanceTracker,
     /// The broker's maximum packet size (from the last CONNACK; `u32::MAX` when unlimited).
     pub(crate) max_packet_size: std::sync::atomic::AtomicU32,
     pending: Mutex<HashMap<Correlation, Pending>>,
@@ -170,7 +170,7 @@ impl Shared {
             publisher,
             state: watch::Sender::new(ConnectionState::Connecting),
             registry: Registry::new(observation_buffer),
-            instance: crate::instance::InstanceTracker::default(),
+            instance: crate::protocol::instance::InstanceTracker::default(),
             max_packet_size: std::sync::atomic::AtomicU32::new(u32::MAX),
             pending: Mutex::new(HashMap::new()),
             correlation_seed: fastrand::u64(..),

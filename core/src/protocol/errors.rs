@@ -3,7 +3,7 @@
 //!
 //! Every error type of the protocol lives here, next to the helper that escapes what a peer
 //! sent ([`escape_excerpt`]), so that this module depends on nothing else of the protocol:
-//! the codec ([`crate::resp3`]) and the clock ([`crate::hlc`]) use it, never the reverse.
+//! the codec ([`crate::protocol::resp3`]) and the clock ([`crate::protocol::hlc`]) use it, never the reverse.
 //!
 //! Service errors (the `-ERR text` replies of docs/protocol.md section 3) are matched on
 //! their exact texts; a text we do not know is kept verbatim in
@@ -136,7 +136,7 @@ impl Error {
 /// ```
 /// let payload = std::panic::catch_unwind(|| panic!("boom")).unwrap_err();
 /// assert_eq!(
-///     mqstate::error::panic_report(payload.as_ref()),
+///     mqstate::protocol::errors::panic_report(payload.as_ref()),
 ///     "mqstate: internal error (a Rust panic, a bug: please report it): boom"
 /// );
 /// ```
@@ -372,7 +372,7 @@ impl fmt::Display for DecodeErrorKind {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use mqstate::resp3::{self, DecodeErrorKind};
+/// use mqstate::protocol::resp3::{self, DecodeErrorKind};
 ///
 /// let err = resp3::decode_reply(&Bytes::from_static(b"$5\r\nab\r\n")).unwrap_err();
 /// assert_eq!(err.kind(), DecodeErrorKind::Truncated);
@@ -510,7 +510,7 @@ pub(crate) mod hlc_reason {
 /// Why an HLC could not be parsed, or why a clock refused to move.
 ///
 /// ```
-/// use mqstate::hlc::{Hlc, HlcError};
+/// use mqstate::protocol::hlc::{Hlc, HlcError};
 ///
 /// let err = "12:+3:node".parse::<Hlc>().unwrap_err();
 /// assert!(matches!(err, HlcError::Malformed { .. }));
@@ -567,7 +567,7 @@ impl HlcError {
     /// `"counter_overflow"` (used by the shared test vectors and the bindings).
     ///
     /// ```
-    /// use mqstate::hlc::HlcError;
+    /// use mqstate::protocol::hlc::HlcError;
     ///
     /// assert_eq!(HlcError::CounterOverflow { ms: 5 }.kind_str(), "counter_overflow");
     /// ```
@@ -586,7 +586,7 @@ impl HlcError {
     /// its own reason, `None` for the other variants.
     ///
     /// ```
-    /// use mqstate::hlc::Hlc;
+    /// use mqstate::protocol::hlc::Hlc;
     ///
     /// let err = Hlc::parse_bytes(b"1:2").unwrap_err();
     /// assert_eq!(err.reason_code(), Some("too_few_parts"));

@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mqstate::hlc::{Hlc, HlcClock, ManualClock};
+//! use mqstate::protocol::hlc::{Hlc, HlcClock, ManualClock};
 //!
 //! let wall = Arc::new(ManualClock::new(1_696_374_425_000));
 //! let clock = HlcClock::with_wall_clock("CLIENT", wall.clone());
@@ -47,7 +47,7 @@ pub const DEFAULT_MAX_DRIFT: Duration = Duration::from_secs(60);
 /// `ConnectOptions` (the client id is the node id of the client's clock): no `:`.
 ///
 /// ```
-/// use mqstate::hlc::check_node_id;
+/// use mqstate::protocol::hlc::check_node_id;
 ///
 /// assert!(check_node_id("line-3").is_ok());
 /// assert!(check_node_id("line:3").is_err());
@@ -255,7 +255,7 @@ fn write_text(out: &mut impl fmt::Write, ms: u64, counter: u64, node_id: &str) -
 /// [`ManualClock`] in tests, to move time at will.
 ///
 /// ```
-/// use mqstate::hlc::{ManualClock, WallClock};
+/// use mqstate::protocol::hlc::{ManualClock, WallClock};
 ///
 /// fn age_ms(clock: &dyn WallClock, since: u64) -> u64 {
 ///     clock.now_ms().saturating_sub(since)
@@ -270,7 +270,7 @@ pub trait WallClock: Send + Sync + fmt::Debug {
 /// The system's real-time clock.
 ///
 /// ```
-/// use mqstate::hlc::{SystemClock, WallClock};
+/// use mqstate::protocol::hlc::{SystemClock, WallClock};
 ///
 /// assert!(SystemClock.now_ms() > 1_600_000_000_000); // after September 2020
 /// ```
@@ -293,7 +293,7 @@ impl WallClock for SystemClock {
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use mqstate::hlc::{HlcClock, ManualClock, WallClock};
+/// use mqstate::protocol::hlc::{HlcClock, ManualClock, WallClock};
 ///
 /// let wall = Arc::new(ManualClock::new(1_000));
 /// let clock = HlcClock::with_wall_clock("n", wall.clone());
@@ -311,7 +311,7 @@ impl ManualClock {
     /// A clock that reads `ms` until it is moved.
     ///
     /// ```
-    /// use mqstate::hlc::{ManualClock, WallClock};
+    /// use mqstate::protocol::hlc::{ManualClock, WallClock};
     ///
     /// assert_eq!(ManualClock::new(42).now_ms(), 42);
     /// ```
@@ -324,7 +324,7 @@ impl ManualClock {
     /// Sets the time (it may go backwards, as a real clock corrected by NTP can).
     ///
     /// ```
-    /// use mqstate::hlc::{ManualClock, WallClock};
+    /// use mqstate::protocol::hlc::{ManualClock, WallClock};
     ///
     /// let wall = ManualClock::new(42);
     /// wall.set(7);
@@ -338,7 +338,7 @@ impl ManualClock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mqstate::hlc::{ManualClock, WallClock};
+    /// use mqstate::protocol::hlc::{ManualClock, WallClock};
     ///
     /// let wall = ManualClock::new(42);
     /// wall.advance(Duration::from_millis(8));
@@ -383,7 +383,7 @@ struct State {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use mqstate::hlc::{HlcClock, ManualClock};
+/// use mqstate::protocol::hlc::{HlcClock, ManualClock};
 ///
 /// let wall = Arc::new(ManualClock::new(1_000));
 /// let clock = HlcClock::with_wall_clock("CLIENT", wall.clone());
@@ -423,7 +423,7 @@ impl HlcClock {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use mqstate::hlc::{HlcClock, ManualClock};
+    /// use mqstate::protocol::hlc::{HlcClock, ManualClock};
     ///
     /// let clock = HlcClock::with_wall_clock("n", Arc::new(ManualClock::new(5)));
     /// assert_eq!(clock.send_update().unwrap().ms, 5);
@@ -479,7 +479,7 @@ impl HlcClock {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use mqstate::hlc::{HlcClock, ManualClock};
+    /// use mqstate::protocol::hlc::{HlcClock, ManualClock};
     ///
     /// let clock = HlcClock::with_wall_clock("n", Arc::new(ManualClock::new(77)));
     /// assert_eq!(clock.now_ms(), 77);
@@ -510,7 +510,7 @@ impl HlcClock {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use mqstate::hlc::{Hlc, HlcClock, HlcError, ManualClock};
+    /// use mqstate::protocol::hlc::{Hlc, HlcClock, HlcError, ManualClock};
     ///
     /// let clock = HlcClock::with_wall_clock("StateStore", Arc::new(ManualClock::new(100_000)));
     /// assert!(clock.check_not_too_far_ahead(&Hlc::new(160_000, 9, "c")).is_ok());
@@ -533,7 +533,7 @@ impl HlcClock {
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use mqstate::hlc::{HlcClock, ManualClock};
+    /// use mqstate::protocol::hlc::{HlcClock, ManualClock};
     ///
     /// let wall = Arc::new(ManualClock::new(1_000));
     /// let clock = HlcClock::with_wall_clock("n", wall.clone());
@@ -599,7 +599,7 @@ impl HlcClock {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use mqstate::hlc::{Hlc, HlcClock, ManualClock};
+    /// use mqstate::protocol::hlc::{Hlc, HlcClock, ManualClock};
     ///
     /// let clock = HlcClock::with_wall_clock("n", Arc::new(ManualClock::new(1_000)));
     /// // The remote is ahead (but within the drift): take its milliseconds, its counter + 1.

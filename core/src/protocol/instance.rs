@@ -16,7 +16,7 @@
 //! ignore user properties and topics they do not know, are not affected.
 //!
 //! ```
-//! use mqstate::instance::InstanceTracker;
+//! use mqstate::protocol::instance::InstanceTracker;
 //!
 //! let tracker = InstanceTracker::default();
 //! assert!(!tracker.observe("a1"));   // the first id seen is the baseline
@@ -48,7 +48,7 @@ impl InstanceTracker {
     /// over-long ids are ignored.
     ///
     /// ```
-    /// let t = mqstate::instance::InstanceTracker::default();
+    /// let t = mqstate::protocol::instance::InstanceTracker::default();
     /// assert!(!t.observe(""));
     /// assert!(!t.observe("x"));
     /// assert!(t.observe("y"));
@@ -108,10 +108,10 @@ mod tests {
 
     #[test]
     fn the_topic_is_beside_the_request_topic_and_not_under_it() {
-        let prefix = crate::topics::REQUEST_TOPIC
+        let prefix = crate::protocol::topics::REQUEST_TOPIC
             .strip_suffix("/command/invoke")
             .unwrap_or_default();
         assert!(INSTANCE_TOPIC.starts_with(prefix));
-        assert!(!INSTANCE_TOPIC.starts_with(crate::topics::REQUEST_TOPIC));
+        assert!(!INSTANCE_TOPIC.starts_with(crate::protocol::topics::REQUEST_TOPIC));
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use bytes::{Bytes, BytesMut};
-//! use mqstate::resp3::{self, SetCondition, SetReply};
+//! use mqstate::protocol::resp3::{self, SetCondition, SetReply};
 //!
 //! let mut buf = BytesMut::new();
 //! resp3::encode_set(&mut buf, b"k", b"v", SetCondition::NotExists, Some(1000));
@@ -136,7 +136,7 @@ fn put_array(buf: &mut BytesMut, parts: &[&[u8]]) {
 ///
 /// ```
 /// # use bytes::BytesMut;
-/// # use mqstate::resp3::{encode_set, SetCondition};
+/// # use mqstate::protocol::resp3::{encode_set, SetCondition};
 /// let mut buf = BytesMut::new();
 /// encode_set(&mut buf, b"SETKEY2", b"VALUE5", SetCondition::Always, None);
 /// assert_eq!(&buf[..], b"*3\r\n$3\r\nSET\r\n$7\r\nSETKEY2\r\n$6\r\nVALUE5\r\n");
@@ -177,7 +177,7 @@ pub fn encode_vdel(buf: &mut BytesMut, key: &[u8], value: &[u8]) {
 ///
 /// ```
 /// # use bytes::BytesMut;
-/// # use mqstate::resp3::encode_keynotify;
+/// # use mqstate::protocol::resp3::encode_keynotify;
 /// let mut buf = BytesMut::new();
 /// encode_keynotify(&mut buf, b"SOMEKEY", false);
 /// assert_eq!(&buf[..], b"*2\r\n$9\r\nKEYNOTIFY\r\n$7\r\nSOMEKEY\r\n");
@@ -196,7 +196,7 @@ pub fn encode_keynotify(buf: &mut BytesMut, key: &[u8], stop: bool) {
 ///
 /// ```
 /// # use bytes::BytesMut;
-/// # use mqstate::resp3::encode_scan;
+/// # use mqstate::protocol::resp3::encode_scan;
 /// let mut buf = BytesMut::new();
 /// encode_scan(&mut buf, b"key*", None);
 /// assert_eq!(&buf[..], b"*2\r\n$4\r\nSCAN\r\n$4\r\nkey*\r\n");
@@ -341,7 +341,7 @@ impl RequestError {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use mqstate::resp3::{decode_request, Request, SetCondition};
+/// use mqstate::protocol::resp3::{decode_request, Request, SetCondition};
 ///
 /// let payload = Bytes::from_static(b"*5\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\npx\r\n$2\r\n50\r\n");
 /// assert_eq!(
@@ -514,7 +514,7 @@ impl Reply {
     ///
     /// ```
     /// # use bytes::{Bytes, BytesMut};
-    /// # use mqstate::resp3::Reply;
+    /// # use mqstate::protocol::resp3::Reply;
     /// let mut buf = BytesMut::new();
     /// Reply::Bulk(Bytes::from_static(b"v")).encode(&mut buf);
     /// Reply::Integer(-1).encode(&mut buf);
@@ -590,7 +590,7 @@ pub fn decode_set_reply(payload: &Bytes) -> Result<SetReply, Error> {
 ///
 /// ```
 /// # use bytes::Bytes;
-/// # use mqstate::resp3::decode_get_reply;
+/// # use mqstate::protocol::resp3::decode_get_reply;
 /// let payload = Bytes::from_static(b"$4\r\na\r\nb\r\n");
 /// assert_eq!(decode_get_reply(&payload).unwrap().unwrap(), &b"a\r\nb"[..]);
 /// assert_eq!(decode_get_reply(&Bytes::from_static(b"$-1\r\n")).unwrap(), None);
@@ -644,7 +644,7 @@ impl ScanPage {
     ///
     /// ```
     /// # use bytes::{Bytes, BytesMut};
-    /// # use mqstate::resp3::ScanPage;
+    /// # use mqstate::protocol::resp3::ScanPage;
     /// let page = ScanPage { keys: vec![Bytes::from_static(b"k1")], token: None };
     /// let mut buf = BytesMut::new();
     /// page.encode(&mut buf);
@@ -677,7 +677,7 @@ impl ScanPage {
 ///
 /// ```
 /// # use bytes::Bytes;
-/// # use mqstate::resp3::decode_scan_reply;
+/// # use mqstate::protocol::resp3::decode_scan_reply;
 /// let payload = Bytes::from_static(b"*2\r\n*1\r\n$2\r\nk1\r\n$3\r\n\x00\xffx\r\n");
 /// let page = decode_scan_reply(&payload).unwrap();
 /// assert_eq!(page.keys, vec![Bytes::from_static(b"k1")]);
@@ -772,7 +772,7 @@ pub enum NotifyOperation {
 ///
 /// ```
 /// # use bytes::Bytes;
-/// # use mqstate::resp3::{decode_notification, NotifyOperation};
+/// # use mqstate::protocol::resp3::{decode_notification, NotifyOperation};
 /// let payload = Bytes::from_static(b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n");
 /// assert_eq!(decode_notification(&payload).unwrap(), NotifyOperation::Delete);
 /// ```

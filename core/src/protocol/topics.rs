@@ -3,7 +3,7 @@
 //! notification topics with their hex-encoded levels.
 //!
 //! ```
-//! use mqstate::topics;
+//! use mqstate::protocol::topics;
 //!
 //! assert_eq!(
 //!     topics::response_topic("client-id1"),
@@ -45,7 +45,7 @@ const NOTIFY_LITERALS: [&str; 2] = ["command", "notify"];
 /// test vectors and the bindings.
 ///
 /// ```
-/// use mqstate::topics::{self, TopicError};
+/// use mqstate::protocol::topics::{self, TopicError};
 ///
 /// let err = topics::validate_response_topic(topics::REQUEST_TOPIC).unwrap_err();
 /// assert_eq!(err, TopicError::RequestTopic);
@@ -151,7 +151,7 @@ impl TopicError {
     /// `"client_id_not_utf8"`).
     ///
     /// ```
-    /// use mqstate::topics;
+    /// use mqstate::protocol::topics;
     ///
     /// assert_eq!(topics::hex_decode("ABC").unwrap_err().kind_str(), "odd_hex_length");
     /// ```
@@ -180,7 +180,7 @@ impl TopicError {
 /// Encodes bytes as RFC 4648 base16, upper case (the form the protocol's topics use).
 ///
 /// ```
-/// use mqstate::topics::hex_encode;
+/// use mqstate::protocol::topics::hex_encode;
 ///
 /// assert_eq!(hex_encode(b"SOMEKEY"), "534F4D454B4559");
 /// assert_eq!(hex_encode(&[0x00, 0xab, 0xff]), "00ABFF");
@@ -198,7 +198,7 @@ pub fn hex_encode(bytes: &[u8]) -> String {
 /// Decodes RFC 4648 base16 in either case (the protocol's clients must accept both).
 ///
 /// ```
-/// use mqstate::topics::{hex_decode, TopicError};
+/// use mqstate::protocol::topics::{hex_decode, TopicError};
 ///
 /// assert_eq!(hex_decode("00abFF").unwrap(), vec![0x00, 0xab, 0xff]);
 /// assert_eq!(hex_decode("").unwrap(), Vec::<u8>::new());
@@ -261,7 +261,7 @@ fn needs_encoding(client_id: &str) -> bool {
 /// identifier the broker assigned instead.
 ///
 /// ```
-/// use mqstate::topics::response_topic;
+/// use mqstate::protocol::topics::response_topic;
 ///
 /// assert_eq!(
 ///     response_topic("c1"),
@@ -289,7 +289,7 @@ pub fn response_topic(client_id: &str) -> String {
 /// MQTT compares topics; a plain string prefix, so `...0FE8x` is refused too).
 ///
 /// ```
-/// use mqstate::topics::{self, validate_response_topic};
+/// use mqstate::protocol::topics::{self, validate_response_topic};
 ///
 /// assert!(validate_response_topic(&topics::response_topic("c1")).is_ok());
 /// assert_eq!(
@@ -330,7 +330,7 @@ pub fn validate_response_topic(topic: &str) -> Result<(), TopicError> {
 /// `{FORBIDDEN_RESPONSE_PREFIX}/{HEX(clientId)}/command/notify/{HEX(key)}`, upper-case hex.
 ///
 /// ```
-/// use mqstate::topics::notification_topic;
+/// use mqstate::protocol::topics::notification_topic;
 ///
 /// assert_eq!(
 ///     notification_topic("client-id1", b"SOMEKEY"),
@@ -349,7 +349,7 @@ pub fn notification_topic(client_id: &str, key: &[u8]) -> String {
 /// of all its keys: [`notification_topic`] with `+` as the key level.
 ///
 /// ```
-/// use mqstate::topics::notification_filter;
+/// use mqstate::protocol::topics::notification_filter;
 ///
 /// assert_eq!(
 ///     notification_filter("client-id1"),
@@ -372,7 +372,7 @@ pub fn notification_filter(client_id: &str) -> String {
 /// [`notification_topic`] writes for them); refusing an empty key is the caller's business.
 ///
 /// ```
-/// use mqstate::topics::parse_notification_topic;
+/// use mqstate::protocol::topics::parse_notification_topic;
 ///
 /// let topic = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/6331/command/notify/00ff";
 /// let (client_id, key) = parse_notification_topic(topic).unwrap();

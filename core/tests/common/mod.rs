@@ -443,8 +443,8 @@ pub async fn close_leaves_no_subscriptions(env: &Env) {
         AsyncClient::new(o, 16)
     };
     let stale = [
-        mqstate::topics::response_topic(&id),
-        mqstate::topics::notification_topic(&id, b"closed-observed"),
+        mqstate::protocol::topics::response_topic(&id),
+        mqstate::protocol::topics::notification_topic(&id, b"closed-observed"),
     ];
     let (publisher, mut publisher_loop) = raw(&key("stale-publisher"));
     for topic in &stale {

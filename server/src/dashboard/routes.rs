@@ -147,7 +147,7 @@ async fn keys(State(ctx): State<Ctx>, Query(q): Query<KeysQuery>) -> Response {
     let token = match q
         .token
         .as_deref()
-        .map(mqstate::topics::hex_decode)
+        .map(mqstate::protocol::topics::hex_decode)
         .transpose()
     {
         Ok(token) => token,

@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use mqstate::hlc::{ManualClock, WallClock};
+//! use mqstate::protocol::hlc::{ManualClock, WallClock};
 //! use mqstate_server::persist::FloorClock;
 //!
 //! let wall = Arc::new(ManualClock::new(1_000));
@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use mqstate::hlc::WallClock;
+use mqstate::protocol::hlc::WallClock;
 
 /// A wall clock that never reads below a floor: the server's HLC after a restart. See the
 /// docs of the (private) `persist::clock` module.

@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use mqstate::hlc::{SystemClock, WallClock};
+use mqstate::protocol::hlc::{SystemClock, WallClock};
 
 pub use clock::FloorClock;
 pub use data_dir::{BROKER_DIR, CommitFailed, DataDir, FORMAT, Restored, STORE_FILE};

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use mqstate::Hlc;
-use mqstate::topics::{self, REQUEST_TOPIC};
+use mqstate::protocol::topics::{self, REQUEST_TOPIC};
 use mqstate_server::ServerConfig;
 use mqstate_testing::{self as testing, TestStore};
 use rumqttc::v5::mqttbytes::QoS;
