@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use crate::duration::parse_duration;
 use clap::Args;
 use mqstate_server::persist::PersistMode;
-use mqstate_server::reconnect::StoreReconnect;
+use mqstate_server::statestore::reconnect::StoreReconnect;
 use mqstate_server::{
     BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
     parse_broker_url,

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use mqstate::Hlc;
 use mqstate::protocol::resp3::{self, SetCondition};
-use mqstate_server::dedup::{CachedAnswer, DedupCache, DedupLimits};
-use mqstate_server::handler::{Handler, HandlerConfig, RequestContext};
-use mqstate_server::store::{SetArgs, Store};
+use mqstate_server::statestore::dedup::{CachedAnswer, DedupCache, DedupLimits};
+use mqstate_server::statestore::handler::{Handler, HandlerConfig, RequestContext};
+use mqstate_server::statestore::store::{SetArgs, Store};
 
 struct Counting;
 

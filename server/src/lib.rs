@@ -8,19 +8,16 @@
 //! `mqtt5` crate's broker, started in-process) or an external one (Mosquitto...).
 //!
 //! - [`LocalServer`]: start / stop the whole thing (`mqstate serve` and tests use it).
-//! - [`store`]: keys, versions, fencing tokens, expiry deadlines, quota (synchronous).
-//! - [`registrations`]: KEYNOTIFY registrations and connection counting.
-//! - [`dedup`]: the duplicate-request cache.
-//! - [`scan`]: `SCAN` pages and their continuation tokens.
-//! - [`handler`]: one request in, the reply, its `__ts` and the notifications out.
-//! - [`broker`]: the embedded broker; [`service`]: the MQTT side of the store;
-//!   [`reconnect`]: how it reconnects to its broker (promptly, never backing off for long).
-//! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
+//! - [`statestore`]: the store itself (keys, KEYNOTIFY registrations, duplicate requests,
+//!   SCAN, the request handler, the store's MQTT connection and how it reconnects).
+//! - [`broker`]: the embedded broker, its TLS listener and its admission gate.
 //! - [`security`]: TLS, authentication and per-client topic confinement of the embedded
 //!   broker (`docs/security.md`).
+//! - [`persist`]: the data dir (`--data-dir`): keys on disk in redb, group commit, restore.
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
-//! - [`persist`]: the data dir (`--data-dir`): keys on disk in redb, group commit, restore.
+//! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
+//! - [`web`]: what the admin API and the dashboard check (Host, Origin, credentials).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -38,25 +35,15 @@
 //! # Ok(()) }
 //! ```
 
-pub mod admission;
 pub mod broker;
-mod broker_tls;
 pub mod dashboard;
-pub mod dedup;
 mod error;
-pub mod handler;
 pub mod iothub;
 mod local_server;
-pub mod mosquitto_log;
 pub mod persist;
-pub mod reconnect;
-pub mod registrations;
-pub mod scan;
 pub mod security;
-pub mod service;
-pub mod store;
-pub mod web_auth;
-pub mod web_guard;
+pub mod statestore;
+pub mod web;
 
 pub use error::ServerError;
 pub use local_server::{

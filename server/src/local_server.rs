@@ -9,13 +9,13 @@ use mqstate::protocol::hlc::{DEFAULT_MAX_DRIFT, WallClock};
 use tokio::sync::mpsc;
 
 use crate::broker::{BrokerSecurity, EmbeddedBroker, EmbeddedBrokerConfig};
-use crate::dedup::DedupLimits;
+use crate::statestore::dedup::DedupLimits;
 use crate::error::ServerError;
-use crate::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::statestore::handler::{DEFAULT_NODE_ID, HandlerConfig};
 use crate::persist::{PersistMode, Persistence};
-use crate::reconnect::StoreReconnect;
+use crate::statestore::reconnect::StoreReconnect;
 use crate::security::{AccessControl, SecurityConfig};
-use crate::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
+use crate::statestore::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
 pub const DEFAULT_PORT: u16 = 1883;
@@ -87,8 +87,8 @@ pub struct ServerConfig {
     #[cfg(feature = "client")]
     pub attach: Option<mqstate::ConnectOptions>,
     /// How the store reconnects when it loses its broker (attach mode: a broker restart):
-    /// promptly after every loss, at most [`crate::reconnect::DEFAULT_MAX_DELAY`] (500 ms)
-    /// between attempts by default; see [`crate::reconnect`].
+    /// promptly after every loss, at most [`crate::statestore::reconnect::DEFAULT_MAX_DELAY`] (500 ms)
+    /// between attempts by default; see [`crate::statestore::reconnect`].
     pub reconnect: StoreReconnect,
 }
 
@@ -255,7 +255,7 @@ async fn start_hub(
     hub_config: crate::iothub::IotHubConfig,
     web: (
         Option<(crate::dashboard::DashboardConfig, crate::dashboard::Monitor)>,
-        Option<Arc<crate::web_auth::WebAuth>>,
+        Option<Arc<crate::web::auth::WebAuth>>,
     ),
     host: &str,
     port: u16,
@@ -342,7 +342,7 @@ pub struct LocalServer {
     /// The dashboard's own server, when it runs without the hub.
     dashboard: Option<crate::dashboard::DashboardServer>,
     dashboard_on: bool,
-    web_auth: Option<Arc<crate::web_auth::WebAuth>>,
+    web_auth: Option<Arc<crate::web::auth::WebAuth>>,
 }
 
 impl LocalServer {
@@ -361,7 +361,7 @@ impl LocalServer {
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
             monitor: config.dashboard.map(|_| crate::dashboard::Monitor::new()),
-            scan_limits: crate::scan::limits_for_packet(
+            scan_limits: crate::statestore::scan::limits_for_packet(
                 usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
             ),
         };
@@ -459,10 +459,10 @@ impl LocalServer {
         let web_auth = match web_ip {
             Some(ip) if config.security.authenticates() || !ip.is_loopback() => {
                 let token = match &config.security.web_token_file {
-                    Some(path) => crate::web_auth::token_from_file(path)?,
-                    None => crate::web_auth::random_token()?,
+                    Some(path) => crate::web::auth::token_from_file(path)?,
+                    None => crate::web::auth::random_token()?,
                 };
-                Some(Arc::new(crate::web_auth::WebAuth::new(
+                Some(Arc::new(crate::web::auth::WebAuth::new(
                     token,
                     access_control,
                 )))
@@ -594,11 +594,11 @@ impl LocalServer {
 
     /// The access token the web surfaces (admin API, dashboard) ask for, when they ask for
     /// credentials: broker authentication is on, or they listen beyond loopback
-    /// ([`crate::web_auth`]).
+    /// ([`crate::web::auth`]).
     pub fn web_token(&self) -> Option<&str> {
         self.web_auth
             .as_deref()
-            .map(crate::web_auth::WebAuth::token)
+            .map(crate::web::auth::WebAuth::token)
     }
 
     /// The port of the embedded broker's TLS listener, when [`SecurityConfig::tls`] is set.

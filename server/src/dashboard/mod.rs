@@ -9,7 +9,7 @@
 //! script and its style are embedded in the binary (`assets/`): no framework, nothing
 //! fetched at run time. Read-only unless [`DashboardConfig::edit`] is set.
 //!
-//! - [`Monitor`]: the store's hook; the [`Handler`](crate::handler::Handler) calls it on every
+//! - [`Monitor`]: the store's hook; the [`Handler`](crate::statestore::handler::Handler) calls it on every
 //!   change when `HandlerConfig::monitor` is set.
 //! - [`routes`]: the HTTP routes, documented in `docs/dashboard.md`.
 //! - [`DashboardServer`]: the dashboard's own HTTP server, when the hub is off.

@@ -1,4 +1,4 @@
-//! The dashboard's view of the store: a hook the [`Handler`](crate::handler::Handler) calls on
+//! The dashboard's view of the store: a hook the [`Handler`](crate::statestore::handler::Handler) calls on
 //! every change (SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), the leases
 //! and locks, a feed of changes for server-sent events, per-second request counts and
 //! latencies for the chart, and the way the key table reads the store.
@@ -6,7 +6,7 @@
 //! The handler owns the store and runs on one task; the dashboard's HTTP handlers run on
 //! others. The key table reads the store itself, a page at a time: the HTTP handler sends a
 //! [`StoreQuery`] to the store's task, which answers it between two requests from the store
-//! with the same scan as `SCAN` ([`crate::scan`]). So the dashboard keeps no copy of the keys
+//! with the same scan as `SCAN` ([`crate::statestore::scan`]). So the dashboard keeps no copy of the keys
 //! (it once did: 500 bytes per key, more than the store itself); what it keeps is small and
 //! bounded by activity, not by the store's size: the leases (keys last set with `NEX` and
 //! `PX`, a handful), the clients, the last 200 changes and five minutes of metrics. It only
@@ -31,7 +31,7 @@ use mqstate::Hlc;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::store::Entry;
+use crate::statestore::store::Entry;
 
 /// How many changes the page gets when it (re)connects, and how many a slow page may lag.
 const FEED_BACKLOG: usize = 200;

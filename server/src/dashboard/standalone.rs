@@ -19,15 +19,15 @@ pub struct DashboardServer {
 
 impl DashboardServer {
     /// Listens on `addr` (port 0: any free port) and serves `router`, behind the checks of
-    /// [`crate::web_guard`].
-    /// With `auth`, every route asks for credentials ([`crate::web_auth`]).
+    /// [`crate::web::guard`].
+    /// With `auth`, every route asks for credentials ([`crate::web::auth`]).
     pub async fn start(
         addr: SocketAddr,
         router: axum::Router,
-        auth: Option<std::sync::Arc<crate::web_auth::WebAuth>>,
+        auth: Option<std::sync::Arc<crate::web::auth::WebAuth>>,
     ) -> Result<Self, ServerError> {
         let router =
-            crate::web_guard::guard(router, crate::web_guard::AllowedHosts::default(), auth);
+            crate::web::guard::guard(router, crate::web::guard::AllowedHosts::default(), auth);
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             ServerError::io(format!("cannot listen for the dashboard on {addr}"), e)
         })?;
@@ -39,7 +39,7 @@ impl DashboardServer {
             let shutdown = async move {
                 let _ = stop_rx.changed().await;
             };
-            if let Err(e) = crate::web_guard::serve(listener, router, shutdown).await {
+            if let Err(e) = crate::web::guard::serve(listener, router, shutdown).await {
                 tracing::error!(%addr, error = %e, "dashboard server stopped");
             }
         });

@@ -83,11 +83,11 @@ impl IotHubServer {
 
     /// [`IotHubServer::start`], with more routes served by the admin API's HTTP server (the
     /// dashboard's): `extra` gets the hub and returns them. With `auth`, every route of that
-    /// server asks for credentials ([`crate::web_auth`]).
+    /// server asks for credentials ([`crate::web::auth`]).
     pub async fn start_with_routes(
         config: IotHubConfig,
         extra: impl FnOnce(IotHub) -> axum::Router,
-        auth: Option<std::sync::Arc<crate::web_auth::WebAuth>>,
+        auth: Option<std::sync::Arc<crate::web::auth::WebAuth>>,
     ) -> Result<IotHubServer, IotHubError> {
         let hub = IotHub::new(config)?;
         let config = hub.config().clone();
@@ -136,9 +136,9 @@ impl IotHubServer {
         ];
         if let Some((listener, addr)) = admin {
             // Host, Origin and Content-Type checks in front of every route (web_guard).
-            let router = crate::web_guard::guard(
+            let router = crate::web::guard::guard(
                 extra(hub.clone()).merge(http::router(hub.clone())),
-                crate::web_guard::AllowedHosts::new([&config.hostname]),
+                crate::web::guard::AllowedHosts::new([&config.hostname]),
                 auth,
             );
             let mut stop_http = stop_rx.clone();
@@ -146,7 +146,7 @@ impl IotHubServer {
                 let shutdown = async move {
                     let _ = stop_http.changed().await;
                 };
-                if let Err(e) = crate::web_guard::serve(listener, router, shutdown).await {
+                if let Err(e) = crate::web::guard::serve(listener, router, shutdown).await {
                     tracing::error!(%addr, error = %e, "iothub: admin API stopped");
                 }
             }));

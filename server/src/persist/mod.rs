@@ -25,7 +25,7 @@
 //! use bytes::Bytes;
 //! use mqstate::Hlc;
 //! use mqstate_server::persist::{PersistMode, Persistence};
-//! use mqstate_server::store::{SetArgs, Store};
+//! use mqstate_server::statestore::store::{SetArgs, Store};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let tmp = tempfile::tempdir().unwrap();
@@ -62,8 +62,8 @@ pub use data_dir::{BROKER_DIR, CommitFailed, DataDir, FORMAT, Restored, STORE_FI
 use record::Record;
 
 use crate::error::ServerError;
-use crate::handler::{Handler, HandlerConfig};
-use crate::store::{Entry, Store};
+use crate::statestore::handler::{Handler, HandlerConfig};
+use crate::statestore::store::{Entry, Store};
 
 /// A handler for `config`; with a data dir, restored from it and with its clock floored
 /// past every stored version.

@@ -139,7 +139,7 @@ pub(crate) fn random_password() -> Result<String, ServerError> {
 impl SecurityConfig {
     /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its admin API
     /// (and the dashboard on the same server) speak plain HTTP, so the access token they ask
-    /// for there ([`crate::web_auth`]), device keys and key values would cross the network
+    /// for there ([`crate::web::auth`]), device keys and key values would cross the network
     /// unencrypted, even when the device endpoint has TLS.
     pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
         if hub.bind.is_loopback() || self.insecure {

@@ -277,7 +277,7 @@ impl AccessControl {
 
     /// Whether `user` and `password` are one of the password file's users, checked as an
     /// MQTT login is (throttled per address of `peer`, on the blocking pool): the web
-    /// surfaces accept the broker's users (see [`crate::web_auth`]).
+    /// surfaces accept the broker's users (see [`crate::web::auth`]).
     pub(crate) async fn password_accepted(
         &self,
         user: &str,

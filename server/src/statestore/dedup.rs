@@ -8,7 +8,7 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use bytes::Bytes;
-//! use mqstate_server::dedup::{DedupCache, DedupLimits};
+//! use mqstate_server::statestore::dedup::{DedupCache, DedupLimits};
 //!
 //! let mut cache: DedupCache<Bytes> = DedupCache::new(DedupLimits::default());
 //! let now = Instant::now();
@@ -29,7 +29,7 @@ use bytes::Bytes;
 use hashbrown::HashTable;
 use mqstate::Hlc;
 
-use crate::handler::Answer;
+use crate::statestore::handler::Answer;
 
 /// The bounds of a [`DedupCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +61,8 @@ impl Default for DedupLimits {
 /// use std::sync::Arc;
 /// use bytes::Bytes;
 /// use mqstate::Hlc;
-/// use mqstate_server::dedup::CachedAnswer;
-/// use mqstate_server::handler::Answer;
+/// use mqstate_server::statestore::dedup::CachedAnswer;
+/// use mqstate_server::statestore::handler::Answer;
 ///
 /// let node: Arc<str> = Arc::from("StateStore");
 /// let answer = Answer {
@@ -302,7 +302,7 @@ impl<T> DedupCache<T> {
     /// is kept once per client, not per answer.)
     ///
     /// ```
-    /// use mqstate_server::dedup::{CachedAnswer, DedupCache};
+    /// use mqstate_server::statestore::dedup::{CachedAnswer, DedupCache};
     ///
     /// let size = DedupCache::<CachedAnswer>::entry_size(&[0; 16], 5);
     /// assert!(size > 5 + 8 + 16);

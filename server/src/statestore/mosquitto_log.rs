@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use mqstate_server::broker::BrokerEvent;
-//! use mqstate_server::mosquitto_log::parse_line;
+//! use mqstate_server::statestore::mosquitto_log::parse_line;
 //!
 //! assert_eq!(
 //!     parse_line("1700000000: New client connected from 127.0.0.1:5 as my client (p5, c1, k60)."),
@@ -70,7 +70,7 @@ fn text_of(line: &str) -> &str {
 /// store learns that its own id was taken.
 ///
 /// ```
-/// use mqstate_server::mosquitto_log::taken_over;
+/// use mqstate_server::statestore::mosquitto_log::taken_over;
 ///
 /// assert_eq!(taken_over("1: Client my store already connected, closing old connection."), Some("my store"));
 /// assert_eq!(taken_over("1: Client my store disconnected."), None);

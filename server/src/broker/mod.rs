@@ -4,13 +4,16 @@
 //! Configuration: in-memory storage with persistence on (sessions survive a reconnect, so a
 //! client connecting with clean start off gets "session present"), `$SYS` topics off, a
 //! configurable maximum packet size, anonymous access unless [`BrokerSecurity`] brings access
-//! control (which the admission gate of [`crate::admission`] then wraps). Connects and
+//! control (which the admission gate of [`crate::broker::admission`] then wraps). Connects and
 //! disconnects are reported on a channel ([`BrokerEvent`]) so that the state store can drop the KEYNOTIFY
 //! registrations of clients that went away.
 //!
 //! The broker adds a user property `x-mqtt-client-id` (the sender's real client id, replacing
 //! any that the client sent itself) to every message it forwards; the state store uses it
 //! as the authoritative client id.
+
+pub(crate) mod admission;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,8 +30,8 @@ use mqtt5::broker::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::admission::{AdmissionGate, GatedAuth};
-use crate::broker_tls::{RunningTlsListener, TlsListener};
+use admission::{AdmissionGate, GatedAuth};
+use tls::{RunningTlsListener, TlsListener};
 use crate::error::ServerError;
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
@@ -149,7 +152,7 @@ impl EmbeddedBroker {
 
     /// Like [`EmbeddedBroker::start`]; with `store_client_id`, every other client's CONNECT is
     /// held until the gate ([`EmbeddedBroker::admission_gate`]) opens, once the store has
-    /// subscribed (see [`crate::admission`]).
+    /// subscribed (see [`crate::broker::admission`]).
     pub async fn start_gated(
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
@@ -218,7 +221,7 @@ impl EmbeddedBroker {
             .with_sys_topics_enabled(false)
             .with_max_subscriptions_per_client(security.max_subscriptions_per_client)
             .with_event_handler(Arc::new(EventForwarder { events }));
-        // TLS is terminated by mqstate, not by the broker (see crate::broker_tls).
+        // TLS is terminated by mqstate, not by the broker (see crate::broker::tls).
         let tls_listener = match &security.tls {
             Some((tls, addr)) => Some(TlsListener::bind(tls, *addr).await?),
             None => None,

@@ -4,7 +4,7 @@
 //! It owns the [`Store`], the [`Registrations`] and the server's HLC, and applies every rule
 //! of docs/protocol.md: the service errors, the timestamp checks (section 4), the fencing algorithm
 //! (section 5), and notifications (section 6). It knows nothing of MQTT; the
-//! [`service`](crate::service) moves its inputs and outputs to and from the broker.
+//! [`service`](crate::statestore::service) moves its inputs and outputs to and from the broker.
 //!
 //! The order of checks for a request: the payload (`syntax error`, `unknown command`, `wrong
 //! number of arguments`, `the key length is zero`), then `__ts` (`malformed timestamp`,
@@ -20,7 +20,7 @@
 //! ```
 //! use std::time::Instant;
 //! use bytes::Bytes;
-//! use mqstate_server::handler::{Handler, HandlerConfig, RequestContext};
+//! use mqstate_server::statestore::handler::{Handler, HandlerConfig, RequestContext};
 //!
 //! let mut handler = Handler::new(HandlerConfig::default());
 //! let ctx = RequestContext {
@@ -44,8 +44,8 @@ use mqstate::protocol::resp3::{self, Reply, Request};
 use mqstate::protocol::topics::{self, MAX_TOPIC_LEN};
 use mqstate::{Hlc, HlcClock, ServiceError};
 
-use crate::registrations::Registrations;
-use crate::store::{ScanLimits, SetArgs, SetOutcome, Store, StoreError};
+use crate::statestore::registrations::Registrations;
+use crate::statestore::store::{ScanLimits, SetArgs, SetOutcome, Store, StoreError};
 
 /// The node id of the versions this server produces (as the real service's).
 pub const DEFAULT_NODE_ID: &str = "StateStore";
@@ -76,7 +76,7 @@ pub struct HandlerConfig {
     pub complete_connection_events: bool,
     /// The dashboard's hook: told of every change, connection and request (`None`: off).
     pub monitor: Option<crate::dashboard::Monitor>,
-    /// The bounds of one `SCAN` page ([`crate::scan::limits_for_packet`] of the broker's
+    /// The bounds of one `SCAN` page ([`crate::statestore::scan::limits_for_packet`] of the broker's
     /// maximum packet size).
     pub scan_limits: ScanLimits,
 }
@@ -223,7 +223,7 @@ impl Handler {
                     max_keys: DASHBOARD_PAGE_KEYS,
                     ..self.scan_limits
                 };
-                let page = crate::scan::page(&self.store, &pattern, token.as_deref(), limits, now)
+                let page = crate::statestore::scan::page(&self.store, &pattern, token.as_deref(), limits, now)
                     .map(|page| KeysPage {
                         keys: page
                             .keys
@@ -282,7 +282,7 @@ impl Handler {
 
     /// The answer to `GET key` from the store as it is now, without moving the clock or
     /// removing expired keys (a key past its deadline reads as absent). The
-    /// [`service`](crate::service) answers again the reads of a batch whose commit failed.
+    /// [`service`](crate::statestore::service) answers again the reads of a batch whose commit failed.
     pub fn answer_get(&self, key: &[u8], now: Instant) -> Answer {
         match self
             .store
@@ -436,7 +436,7 @@ impl Handler {
                     .store
                     .vdel(&key, &value, fencing_token.as_ref())
                     .map_err(store_error)?;
-                if outcome == crate::store::VdelOutcome::Deleted {
+                if outcome == crate::statestore::store::VdelOutcome::Deleted {
                     if let Some(m) = &self.monitor {
                         m.key_deleted(&key, Some(&clock), crate::dashboard::ChangeKind::Delete);
                     }
@@ -448,7 +448,7 @@ impl Handler {
                 ))
             }
             Request::Scan { pattern, token } => {
-                let page = crate::scan::page(
+                let page = crate::statestore::scan::page(
                     &self.store,
                     &pattern,
                     token.as_deref(),

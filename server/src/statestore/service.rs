@@ -36,12 +36,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::broker::{BrokerEvent, CLIENT_ID_PROPERTY, Disconnector};
-use crate::dedup::{CachedAnswer, DedupCache, DedupLimits};
+use crate::statestore::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use crate::error::ServerError;
-use crate::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
-use crate::mosquitto_log;
+use crate::statestore::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
+use crate::statestore::mosquitto_log;
 use crate::persist::{self, MAX_BATCH, Persistence};
-use crate::reconnect::StoreReconnect;
+use crate::statestore::reconnect::StoreReconnect;
 
 /// `__stat`: the status property on every response.
 pub const STATUS_PROPERTY: &str = "__stat";
@@ -128,7 +128,7 @@ pub struct ServiceConfig {
     /// A K8S-SAT token for the broker (attach mode).
     pub sat: Option<bytes::Bytes>,
     /// How the store reconnects after losing the broker (default: promptly, at most
-    /// [`crate::reconnect::DEFAULT_MAX_DELAY`] between attempts).
+    /// [`crate::statestore::reconnect::DEFAULT_MAX_DELAY`] between attempts).
     pub reconnect: StoreReconnect,
 }
 

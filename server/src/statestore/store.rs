@@ -3,7 +3,7 @@
 //!
 //! Everything here is synchronous and takes the current time as an argument, so it can be
 //! tested without a runtime or a real clock. Versions are computed by the caller (the
-//! [`handler`](crate::handler)) from the server's HLC and passed in.
+//! [`handler`](crate::statestore::handler)) from the server's HLC and passed in.
 //!
 //! Expiry: every key with a deadline sits in an ordered index. [`Store::expire_due`] removes
 //! every key whose deadline has passed and returns them (the caller sends their DELETE
@@ -15,7 +15,7 @@
 //! use std::time::{Duration, Instant};
 //! use bytes::Bytes;
 //! use mqstate::Hlc;
-//! use mqstate_server::store::{SetArgs, SetOutcome, Store};
+//! use mqstate_server::statestore::store::{SetArgs, SetOutcome, Store};
 //!
 //! let mut store = Store::new(None);
 //! let t0 = Instant::now();
@@ -100,7 +100,7 @@ pub struct ScanLimits {
     /// The most keys a step examines, matching or not: a pattern that matches few keys
     /// gives short (even empty) steps instead of one long one.
     pub max_examined: usize,
-    /// The largest reply a `SCAN` page may be ([`crate::scan::page`] refuses a page that
+    /// The largest reply a `SCAN` page may be ([`crate::statestore::scan::page`] refuses a page that
     /// would not fit, rather than let the broker drop it); not used by [`Store::scan`].
     pub max_reply: usize,
 }
@@ -530,7 +530,7 @@ impl Store {
     /// use bytes::Bytes;
     /// use mqstate::Hlc;
     /// use mqstate::protocol::glob::Pattern;
-    /// use mqstate_server::store::{ScanLimits, SetArgs, Store};
+    /// use mqstate_server::statestore::store::{ScanLimits, SetArgs, Store};
     ///
     /// let (mut store, now) = (Store::new(None), Instant::now());
     /// for key in ["a/1", "a/2", "b/1"] {

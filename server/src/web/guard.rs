@@ -16,7 +16,7 @@
 //!   (`403` otherwise).
 //!
 //! ```
-//! use mqstate_server::web_guard::AllowedHosts;
+//! use mqstate_server::web::guard::AllowedHosts;
 //!
 //! let hosts = AllowedHosts::new(["hub.local"]);
 //! assert!(hosts.allows("127.0.0.1:8880"));
@@ -35,7 +35,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::web_auth::WebAuth;
+use crate::web::auth::WebAuth;
 
 /// The host names a web surface answers to, besides IP addresses and `localhost`.
 #[derive(Debug, Clone, Default)]
@@ -76,11 +76,11 @@ fn host_name(host: &str) -> &str {
 }
 
 /// `router` with the checks of this module in front of every route, then, when `auth` is
-/// given, the credentials check of [`crate::web_auth`] (and its login page). Serve the
+/// given, the credentials check of [`crate::web::auth`] (and its login page). Serve the
 /// result with [`serve`].
 pub fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) -> Router {
     let router = match auth {
-        Some(auth) => crate::web_auth::require(router, auth),
+        Some(auth) => crate::web::auth::require(router, auth),
         None => router,
     };
     router.layer(axum::middleware::from_fn_with_state(Arc::new(hosts), check))

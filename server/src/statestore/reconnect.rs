@@ -13,11 +13,11 @@
 //!
 //! A takeover of the store's client id (another client connecting with it, which makes the
 //! broker close the store's connection) is a security event: it is logged at warn level and
-//! the store reconnects just as promptly (see [`crate::service`]).
+//! the store reconnects just as promptly (see [`crate::statestore::service`]).
 //!
 //! ```
 //! use std::time::Duration;
-//! use mqstate_server::reconnect::StoreReconnect;
+//! use mqstate_server::statestore::reconnect::StoreReconnect;
 //!
 //! let policy = StoreReconnect::with_max_delay(Duration::from_secs(1)).unwrap();
 //! // The first attempt after a loss waits 25-50 ms; the tenth never more than 1 s.
@@ -47,7 +47,7 @@ pub const MAX_MAX_DELAY: Duration = Duration::from_secs(3600);
 /// The store's reconnection policy; see the [module documentation](self).
 ///
 /// ```
-/// use mqstate_server::reconnect::{DEFAULT_MAX_DELAY, StoreReconnect};
+/// use mqstate_server::statestore::reconnect::{DEFAULT_MAX_DELAY, StoreReconnect};
 ///
 /// assert_eq!(StoreReconnect::default().max_delay, DEFAULT_MAX_DELAY);
 /// ```
@@ -75,7 +75,7 @@ impl StoreReconnect {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mqstate_server::reconnect::StoreReconnect;
+    /// use mqstate_server::statestore::reconnect::StoreReconnect;
     ///
     /// let p = StoreReconnect::with_max_delay(Duration::from_secs(2)).unwrap();
     /// assert_eq!(p.max_delay, Duration::from_secs(2));
@@ -94,7 +94,7 @@ impl StoreReconnect {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mqstate_server::reconnect::StoreReconnect;
+    /// use mqstate_server::statestore::reconnect::StoreReconnect;
     ///
     /// let p = StoreReconnect { initial_delay: Duration::ZERO, ..StoreReconnect::default() };
     /// assert!(p.check().unwrap_err().to_string().contains("initial delay"));

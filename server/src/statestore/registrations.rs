@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use mqstate_server::registrations::Registrations;
+//! use mqstate_server::statestore::registrations::Registrations;
 //!
 //! let mut r = Registrations::default();
 //! r.client_connected("c1");

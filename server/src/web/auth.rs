@@ -15,7 +15,7 @@
 //! Anything else gets `401` (a page of the dashboard: a redirect to `/login`).
 //!
 //! ```
-//! use mqstate_server::web_auth::WebAuth;
+//! use mqstate_server::web::auth::WebAuth;
 //!
 //! let auth = WebAuth::new("s3cret-token".into(), None);
 //! assert_eq!(auth.token(), "s3cret-token");
@@ -44,7 +44,7 @@ pub const SESSION_COOKIE: &str = "mqstate_session";
 const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most (the oldest go first beyond it): logins cannot grow memory.
 const MAX_SESSIONS: usize = 1024;
-const LOGIN_HTML: &str = include_str!("dashboard/assets/login.html");
+const LOGIN_HTML: &str = include_str!("../dashboard/assets/login.html");
 
 /// The credentials a web surface accepts; see the module documentation.
 pub struct WebAuth {

@@ -21,8 +21,8 @@
 //! use bytes::Bytes;
 //! use mqstate::Hlc;
 //! use mqstate::protocol::resp3::ScanPage;
-//! use mqstate_server::scan;
-//! use mqstate_server::store::{ScanLimits, SetArgs, Store};
+//! use mqstate_server::statestore::scan;
+//! use mqstate_server::statestore::store::{ScanLimits, SetArgs, Store};
 //!
 //! let (mut store, now) = (Store::new(None), Instant::now());
 //! for key in ["k1", "k2", "other"] {
@@ -44,7 +44,7 @@ use mqstate::ServiceError;
 use mqstate::protocol::glob::Pattern;
 use mqstate::protocol::resp3::ScanPage;
 
-use crate::store::{ScanLimits, Store};
+use crate::statestore::store::{ScanLimits, Store};
 
 /// The first byte of every token this server writes (its layout's version).
 const FORMAT: u8 = 1;
@@ -155,7 +155,7 @@ fn check(pattern: &[u8], key: &[u8]) -> [u8; CHECK_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SetArgs;
+    use crate::statestore::store::SetArgs;
     use mqstate::Hlc;
     use std::collections::BTreeSet;
     use std::time::Duration;
