@@ -33,3 +33,26 @@ ensure_debian_packages() {
     [ -n "$created_policy" ] && "${sudo[@]}" rm -f "$policy"
     return 0
 }
+
+# Lays out the C/C++ SDK in DEST from the cargo build in BUILD (the crate mqstate-ffi's
+# libmqstate_ffi.{so,a}: a crate's library cannot be called `mqstate`, the core's name):
+#   DEST/include/mqstate.h, DEST/lib/libmqstate.{so,a}, DEST/lib/pkgconfig/mqstate.pc,
+#   DEST/lib/cmake/mqstate/ (find_package)
+# One name (libmqstate, -lmqstate) and one pkg-config template (packaging/c-sdk/mqstate.pc.in,
+# relocatable) for the build tree (scripts/build-c) and the released SDK (scripts/dist).
+c_sdk_layout() {
+    local build=$1 dest=$2 version=$3 triple=${4:-}
+    rm -rf "$dest"
+    mkdir -p "$dest/include" "$dest/lib/pkgconfig" "$dest/lib/cmake/mqstate"
+    cp include/mqstate.h "$dest/include/"
+    cp "$build/libmqstate_ffi.so" "$dest/lib/libmqstate.so"
+    cp "$build/libmqstate_ffi.a" "$dest/lib/libmqstate.a"
+    # The SONAME is set at link time (bindings/c/build.rs): a program linked with -lmqstate
+    # (or by CMake, through the full path) needs "libmqstate.so", not the path it was linked from.
+    objdump -p "$dest/lib/libmqstate.so" | grep 'SONAME *libmqstate.so$' >/dev/null ||
+        { echo "libmqstate.so has no SONAME libmqstate.so" >&2; return 1; }
+    sed "s|@VERSION@|$version|g" packaging/c-sdk/mqstate.pc.in >"$dest/lib/pkgconfig/mqstate.pc"
+    cp packaging/c-sdk/mqstateConfig.cmake "$dest/lib/cmake/mqstate/"
+    sed -e "s|@VERSION@|$version|g" -e "s|@TRIPLE@|$triple|g" \
+        packaging/c-sdk/mqstateConfigVersion.cmake.in >"$dest/lib/cmake/mqstate/mqstateConfigVersion.cmake"
+}
