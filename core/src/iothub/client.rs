@@ -2,9 +2,15 @@
 //! application's handles (received messages, completions, telemetry).
 //!
 //! The connection task alone polls rumqttc's v4 event loop (manual acknowledgements on) and
-//! alone hands it PUBACKs, so that a PUBACK is never sent on a connection other than the one
+//! alone writes PUBACKs, so that a PUBACK is never sent on a connection other than the one
 //! its message arrived on: completions are recorded by the application under a lock
-//! ([`InOrderAcks`]) and the task sends those released for the current connection.
+//! ([`InOrderAcks`]) and the task writes those released for the current connection.
+//!
+//! Per message, the task does as little as rumqttc's own automatic acknowledgement: the
+//! PUBACKs released since its last turn are encoded straight into the connection's write
+//! buffer and leave in one write (not one request, one event and one write each through
+//! rumqttc's request channel), and the packets rumqttc has already read and buffered are
+//! handled in one turn, without a `select!` each.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -16,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use rumqttc::{
     AsyncClient, ConnectReturnCode, ConnectionError, Event, EventLoop, MqttOptions, NetworkOptions,
-    Outgoing, Packet, Publish, QoS, TlsConfiguration, Transport,
+    Outgoing, Packet, PubAck, Publish, QoS, StateError, TlsConfiguration, Transport,
 };
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -28,9 +34,9 @@ use crate::client::ConnectionState;
 use crate::client::options::Backoff;
 use crate::protocol::errors::Error;
 
-/// Room in rumqttc's request channel: PUBACKs and telemetry; the receive buffer and the
-/// outbox bound what goes in, so `try_*` never finds it full in practice (and when it does,
-/// the item waits for the next turn).
+/// Room in rumqttc's request channel: telemetry and the subscription (PUBACKs do not go
+/// through it); the outbox bounds what goes in, so `try_*` never finds it full in practice
+/// (and when it does, the item waits for the next turn).
 const REQUEST_CHANNEL: usize = 4096;
 /// How many message ids are remembered to recognise redeliveries.
 const SEEN_IDS: usize = 10_000;
@@ -322,6 +328,12 @@ impl DeviceClient {
             in_flight: HashMap::new(),
             seen: (HashSet::new(), VecDeque::new()),
             connected_at: None,
+            devicebound: message::devicebound_prefix(&shared.device_id),
+            open: 0,
+            ack_batch: Vec::new(),
+            write_error: None,
+            renew_at: None,
+            renew_timer: Box::pin(tokio::time::sleep_until(Instant::now())),
         };
         tokio::spawn(task.run());
         let this = DeviceClient {
@@ -467,9 +479,22 @@ struct Task {
     /// Sent, waiting for the PUBACK.
     in_flight: HashMap<u16, oneshot::Sender<Result<(), Error>>>,
     /// Message ids received, to recognise redeliveries (bounded, oldest forgotten).
-    seen: (HashSet<String>, VecDeque<String>),
+    seen: (HashSet<Arc<str>>, VecDeque<Arc<str>>),
     /// When the current connection was made (for token renewal).
     connected_at: Option<Instant>,
+    /// `devices/{id}/messages/devicebound/`, made once.
+    devicebound: String,
+    /// Open messages as of the last arrival (at least the real number: completions since
+    /// only lower it), for back-pressure between two looks at the shared state.
+    open: usize,
+    /// The PUBACKs being written (kept for its capacity).
+    ack_batch: Vec<u16>,
+    /// Writing PUBACKs failed: the connection is gone, handled as a failed poll next turn.
+    write_error: Option<ConnectionError>,
+    /// The token renewal deadline `renew_timer` is set to (one timer, reset when it moves,
+    /// rather than a new one each turn).
+    renew_at: Option<Instant>,
+    renew_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
 }
 
 /// What one turn of the loop woke up for.
@@ -516,12 +541,22 @@ impl Task {
         Some((soft, hard))
     }
 
+    /// Back-pressure: with `receive_buffer` messages open, stop reading, unless our own
+    /// telemetry needs the event loop (PUBACKs do not: the task writes them itself).
+    fn may_read(&self, open: usize) -> bool {
+        open < self.options.receive_buffer
+            || !self.submitted.is_empty()
+            || !self.in_flight.is_empty()
+            || !self.connected()
+    }
+
     async fn next(&mut self) -> Wake {
+        if let Some(e) = self.write_error.take() {
+            return Wake::Event(Err(e));
+        }
         let open = self.shared.acks().acks.open();
-        // Back-pressure: with `receive_buffer` messages open, stop reading, unless our own
-        // packets (telemetry, PUBACKs) need the event loop.
-        let own_work = !self.submitted.is_empty() || !self.in_flight.is_empty();
-        let can_poll = open < self.options.receive_buffer || own_work || !self.connected();
+        self.open = open;
+        let can_poll = self.may_read(open);
         let renew = if self.connected() {
             self.renew_deadlines().map(|(soft, hard)| {
                 if open == 0 && self.submitted.is_empty() {
@@ -533,13 +568,22 @@ impl Task {
         } else {
             None
         };
+        if renew != self.renew_at {
+            self.renew_at = renew;
+            if let Some(at) = renew {
+                self.renew_timer.as_mut().reset(at);
+            }
+        }
         tokio::select! {
             biased;
             changed = self.shutdown.changed() => {
                 if changed.is_err() || *self.shutdown.borrow() { Wake::Shutdown } else { Wake::Work }
             }
             () = self.shared.wake.notified() => Wake::Work,
-            () = sleep_until_opt(renew) => Wake::Renew,
+            () = self.renew_timer.as_mut(), if renew.is_some() => {
+                self.renew_at = None;
+                Wake::Renew
+            }
             event = self.eventloop.poll(), if can_poll => Wake::Event(event),
         }
     }
@@ -571,7 +615,18 @@ impl Task {
                     }
                 }
                 Wake::Event(Ok(event)) => {
-                    if let Some(stop) = self.handle(event, &mut backoff, &mut suback_pending) {
+                    // The packets rumqttc read along with this one wait in its event queue
+                    // (what its next `poll` would return at once): handle them in this turn.
+                    let mut next = Some(event);
+                    let mut stop = None;
+                    while let Some(event) = next {
+                        stop = self.handle(event, &mut backoff, &mut suback_pending);
+                        if stop.is_some() || !self.may_read(self.open) {
+                            break;
+                        }
+                        next = self.eventloop.state.events.pop_front();
+                    }
+                    if let Some(stop) = stop {
                         self.stop(stop);
                         break;
                     }
@@ -607,7 +662,7 @@ impl Task {
                     }
                 }
             }
-            self.flush_acks();
+            self.flush_acks().await;
             self.submit_sends();
         }
         self.finish();
@@ -699,8 +754,7 @@ impl Task {
         let shared = self.shared.clone();
         let c = &shared.counters;
         c.received.fetch_add(1, Ordering::Relaxed);
-        let topic = publish.topic.clone();
-        let parsed = MessageContent::parse(&topic, &self.shared.device_id, publish.payload);
+        let parsed = MessageContent::parse_owned(publish.topic, &self.devicebound, publish.payload);
         let ticket = (publish.qos != QoS::AtMostOnce).then(|| {
             let id = parsed.as_ref().ok().and_then(|c| c.message_id.as_deref());
             let mut state = self.shared.acks();
@@ -708,6 +762,7 @@ impl Task {
             state
                 .to_send
                 .extend(released.into_iter().map(|pkid| (ticket.connection, pkid)));
+            self.open = state.acks.open();
             ticket
         });
         match parsed {
@@ -749,8 +804,9 @@ impl Task {
         if set.contains(id) {
             return false;
         }
-        set.insert(id.to_owned());
-        order.push_back(id.to_owned());
+        let id: Arc<str> = Arc::from(id);
+        set.insert(id.clone());
+        order.push_back(id);
         if order.len() > SEEN_IDS
             && let Some(old) = order.pop_front()
         {
@@ -759,26 +815,72 @@ impl Task {
         true
     }
 
-    /// Hands released PUBACKs of the current connection to rumqttc; older ones are dropped
-    /// (their messages are redelivered).
-    fn flush_acks(&mut self) {
-        let mut state = self.shared.acks();
-        let current = state.acks.connection();
-        while let Some(&(connection, pkid)) = state.to_send.front() {
-            if connection != current {
-                state.to_send.pop_front();
-                continue;
+    /// Writes the released PUBACKs of the current connection, in order, in one write; older
+    /// ones are dropped (their messages are redelivered).
+    ///
+    /// They go straight into the connection's write buffer, as rumqttc's automatic
+    /// acknowledgements do, rather than through its request channel (one request, one
+    /// `Outgoing` event and one write per PUBACK). The event loop is not being polled while
+    /// this runs (the task owns it), so nothing else writes meanwhile. A failed or stuck
+    /// write is handled next turn as the connection lost, as rumqttc's own flush failing
+    /// in `poll` would be.
+    async fn flush_acks(&mut self) {
+        let mut batch = std::mem::take(&mut self.ack_batch);
+        {
+            let mut state = self.shared.acks();
+            if self.eventloop.network.is_none() {
+                // Not connected: the released PUBACKs are of a connection now gone (their
+                // connection number is behind), dropped on the next connection.
+                self.ack_batch = batch;
+                return;
             }
-            let mut ack = Publish::new("", QoS::AtLeastOnce, Vec::new());
-            ack.pkid = pkid;
-            if self.client.try_ack(&ack).is_err() {
-                break; // the channel is full: next turn
+            let current = state.acks.connection();
+            batch.extend(
+                state
+                    .to_send
+                    .drain(..)
+                    .filter(|&(connection, _)| connection == current)
+                    .map(|(_, pkid)| pkid),
+            );
+        }
+        if batch.is_empty() {
+            self.ack_batch = batch;
+            return;
+        }
+        let timeout = Duration::from_secs(self.options.connect_timeout.as_secs().max(1));
+        let written = batch.len() as u64;
+        let failure = match self.eventloop.network.as_mut() {
+            Some(network) => {
+                let write = async {
+                    for &pkid in &batch {
+                        network.write(Packet::PubAck(PubAck::new(pkid))).await?;
+                    }
+                    network.flush().await
+                };
+                match tokio::time::timeout(timeout, write).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(ConnectionError::MqttState(e)),
+                    Err(_) => Some(ConnectionError::FlushTimeout),
+                }
             }
-            state.to_send.pop_front();
-            self.shared
-                .counters
-                .acknowledged
-                .fetch_add(1, Ordering::Relaxed);
+            None => Some(ConnectionError::MqttState(StateError::ConnectionAborted)),
+        };
+        batch.clear();
+        self.ack_batch = batch;
+        match failure {
+            None => {
+                self.shared
+                    .counters
+                    .acknowledged
+                    .fetch_add(written, Ordering::Relaxed);
+            }
+            Some(e) => {
+                // What rumqttc does when its own flush fails in `poll`: drop the socket
+                // (keeping unacknowledged telemetry for resending); the run loop then
+                // reconnects as after any lost connection.
+                self.eventloop.clean();
+                self.write_error = Some(e);
+            }
         }
     }
 
@@ -867,13 +969,6 @@ impl Task {
             let _ = ready.send(Err(e));
         }
         self.set_state(ConnectionState::Closed);
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

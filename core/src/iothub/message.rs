@@ -70,13 +70,23 @@ impl MessageContent {
     /// Decodes a message received on `topic` for `device_id`. A topic outside the device's
     /// devicebound tree or a malformed property bag is an [`Error::MalformedMessage`].
     pub fn parse(topic: &str, device_id: &str, payload: Bytes) -> Result<Self, Error> {
-        let prefix = devicebound_prefix(device_id);
-        let bag = topic
-            .strip_prefix(&prefix)
+        Self::parse_owned(topic.to_owned(), &devicebound_prefix(device_id), payload)
+    }
+
+    /// [`MessageContent::parse`] for the device client: takes the topic it received (kept as
+    /// is, no copy) and the device's [`devicebound_prefix`], made once per client.
+    pub(crate) fn parse_owned(topic: String, prefix: &str, payload: Bytes) -> Result<Self, Error> {
+        let Some(bag) = topic
+            .strip_prefix(prefix)
             .or_else(|| topic.strip_prefix(prefix.trim_end_matches('/')))
-            .ok_or_else(|| {
-                Error::MalformedMessage(format!("message on {topic:?}, outside {prefix}#"))
-            })?;
+        else {
+            return Err(Error::MalformedMessage(format!(
+                "message on {topic:?}, outside {prefix}#"
+            )));
+        };
+        // The application properties stay where they were decoded, in order; the system
+        // properties move out to their fields (no copy, no second vector).
+        let mut properties = properties::decode(bag)?;
         let mut m = MessageContent {
             payload,
             message_id: None,
@@ -89,9 +99,9 @@ impl MessageContent {
             ack: None,
             other_system_properties: Vec::new(),
             properties: Vec::new(),
-            topic: topic.to_owned(),
+            topic,
         };
-        for (name, value) in properties::decode(bag)? {
+        properties.retain_mut(|(name, value)| {
             let slot = match name.as_str() {
                 "$.mid" => &mut m.message_id,
                 "$.cid" => &mut m.correlation_id,
@@ -102,16 +112,16 @@ impl MessageContent {
                 "$.ce" => &mut m.content_encoding,
                 "iothub-ack" => &mut m.ack,
                 n if n.starts_with("$.") => {
-                    m.other_system_properties.push((name, value));
-                    continue;
+                    m.other_system_properties
+                        .push((std::mem::take(name), value.take()));
+                    return false;
                 }
-                _ => {
-                    m.properties.push((name, value));
-                    continue;
-                }
+                _ => return true,
             };
-            *slot = value;
-        }
+            *slot = value.take();
+            false
+        });
+        m.properties = properties;
         Ok(m)
     }
 

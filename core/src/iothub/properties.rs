@@ -70,7 +70,7 @@ pub fn encode(bag: &[Property]) -> String {
 /// ]);
 /// ```
 pub fn decode(bag: &str) -> Result<Vec<Property>, Error> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(bag.bytes().filter(|&b| b == b'&').count() + 1);
     for pair in bag.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = match pair.split_once('=') {
             Some((k, v)) => (k, Some(v)),
