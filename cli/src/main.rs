@@ -53,7 +53,7 @@ enum Command {
     /// Run a local state store: an embedded MQTT5 broker on 127.0.0.1:1883 plus the store
     /// (or, with --broker, the store alone attached to an existing broker).
     #[command(after_help = "Example:\n  mqstate serve --port 1883 --max-keys 10000")]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
 
     /// Print a key's value (raw bytes to a pipe, escaped text to a terminal).
     #[command(
@@ -181,7 +181,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve(args) => {
             // Unchanged behaviour: exit status 1 on any failure.
-            return match serve::run(args) {
+            return match serve::run(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mqstate: {e}");
