@@ -393,7 +393,8 @@ typedef struct mqstate_version mqstate_version;
 
 /**
  * A SET condition (`mqstate_client_set`): one of `MQSTATE_SET_ALWAYS`, `_NX`, `_NEX`,
- * optionally or-ed with `MQSTATE_SET_PERSIST`.
+ * optionally or-ed with `MQSTATE_SET_PERSIST`. `_NX | _NEX` is `MQSTATE_INVALID_ARGUMENT`
+ * (the core's "nx and nex exclude each other", as in every language).
  */
 typedef uint32_t mqstate_set_condition;
 

@@ -159,7 +159,7 @@ export declare class NativeClient {
    * `SET key value [NX|NEX] [PX expiryMs]` (with `__ft` when a fencing token is given, and
    * `aio-persistence: true` with `persist`).
    */
-  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null, persist?: boolean | undefined | null): Promise<SetResult>
+  set(key: string | Uint8Array, value: string | Uint8Array, nx?: boolean | undefined | null, nex?: boolean | undefined | null, expiryMs?: number | undefined | null, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null, persist?: boolean | undefined | null): Promise<SetOutcome>
   /** `DEL key`: the number of keys deleted (0 or 1). */
   del(key: string | Uint8Array, fencingToken?: Hlc | undefined | null, timeoutMs?: number | undefined | null, cancel?: CancelToken | undefined | null): Promise<number>
   /** `VDEL key value`: `deleted`, `notFound` or `valueMismatch`. */
@@ -579,7 +579,7 @@ export interface ReconnectConfig {
 }
 
 /** The outcome of a `set`. */
-export interface SetResult {
+export interface SetOutcome {
   /** False when the `nx` / `nex` condition failed (nothing was written). */
   applied: boolean
   /** The key's new version when applied (for a lock, the fencing token). */

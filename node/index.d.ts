@@ -20,8 +20,16 @@
  * ```
  */
 import * as native from './binding';
-export { FaultProxy, LocalServer } from './binding';
-export type { ClientOptions, LocalServerOptions, ReconnectConfig, SetResult, TlsConfig, Versioned, } from './binding';
+/** The local state store (embedded MQTT5 broker + store) in this process, for tests. Only in a
+ * build with the `testing` cargo feature; see "Testing with a local server" in the README. */
+export declare const LocalServer: typeof native.LocalServer;
+export type LocalServer = native.LocalServer;
+/** The fault-injection TCP proxy of the test suites. Only with the `testing` cargo feature. */
+export declare const FaultProxy: typeof native.FaultProxy;
+export type FaultProxy = native.FaultProxy;
+export type { ClientOptions, LocalServerOptions, ReconnectConfig, SetOutcome, TlsConfig, Versioned, } from './binding';
+/** @deprecated Renamed `SetOutcome`, its name in every language; this alias will go. */
+export type SetResult = native.SetOutcome;
 /**
  * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
  * the fencing token of a lock). Immutable.
@@ -171,7 +179,7 @@ export declare class Client {
      * `SET`: writes the value. With `nx` / `nex`, `applied` says whether the condition held;
      * `expiryMs` makes the key expire; `fencingToken` writes a key protected by a lock.
      */
-    set(key: Bytes, value: Bytes, options?: SetOptions): Promise<native.SetResult>;
+    set(key: Bytes, value: Bytes, options?: SetOptions): Promise<native.SetOutcome>;
     /** `DEL`: the number of keys deleted (0 or 1). */
     del(key: Bytes, options?: DelOptions): Promise<number>;
     /** `VDEL`: deletes the key only if it holds `value`. */
@@ -455,9 +463,13 @@ export declare class LeaderElection {
      * observed). */
     events(): EventStream<LeadershipEvent>;
 }
-/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
+/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). Only in a
+ * build with the `testing` cargo feature. */
 export declare function benchRustGet(url: string, n: number, depth: number): Promise<number>;
-export { LocalIotHub } from './binding';
+/** The local IoT Hub in this process, for tests. Only in a build with the `testing` cargo
+ * feature. */
+export declare const LocalIotHub: typeof native.LocalIotHub;
+export type LocalIotHub = native.LocalIotHub;
 export type { DeviceConnectOptions, DeviceStats, HubSendOptions, HubTelemetry, Property, } from './binding';
 /** Telemetry options for {@link DeviceClient.sendEvent}. */
 export interface EventOptions {

@@ -54,13 +54,45 @@ var __importStar = (this && this.__importStar) || (function () {
     };
 })();
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Scan = exports.Observation = exports.EventStream = exports.Client = exports.Hlc = exports.LocalServer = exports.FaultProxy = void 0;
+exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Scan = exports.Observation = exports.EventStream = exports.Client = exports.Hlc = exports.FaultProxy = exports.LocalServer = void 0;
 exports.isMqstateError = isMqstateError;
 exports.benchRustGet = benchRustGet;
 const native = __importStar(require("./binding"));
-var binding_1 = require("./binding");
-Object.defineProperty(exports, "FaultProxy", { enumerable: true, get: function () { return binding_1.FaultProxy; } });
-Object.defineProperty(exports, "LocalServer", { enumerable: true, get: function () { return binding_1.LocalServer; } });
+// The test tooling of the native module (`LocalServer`, `LocalIotHub`, `FaultProxy`,
+// `benchRustGet`) exists only in a build with the `testing` cargo feature (the repository's
+// test suite and benchmark build it so); the released package holds the clients only. There
+// these names are placeholders that throw an error saying so at the first use.
+/** The error a test helper throws in a build without the test tooling. */
+function missingTestTooling(name) {
+    const error = new Error(`mqstate: ${name} is not in this build of the native module: the released package holds the ` +
+        'clients only. For tests, run the `mqstate` binary (`mqstate serve --port 0` logs ' +
+        '`ready url=mqtt://127.0.0.1:PORT`; see the README, "Testing with a local server"), or ' +
+        'build the addon from a checkout with the test server: `npm run build:native` ' +
+        '(cargo feature `testing`).');
+    error.code = 'ERR_NOT_SUPPORTED';
+    return error;
+}
+/** `value` if the native module has it, else a stand-in that throws {@link missingTestTooling}
+ * when it is called, constructed or one of its properties is read. */
+function testTooling(name, value) {
+    if (value !== undefined)
+        return value;
+    const fail = () => {
+        throw missingTestTooling(name);
+    };
+    return new Proxy(function () { }, {
+        // Symbols (util.inspect, Symbol.toPrimitive...) read as absent, so that logging the
+        // module's exports does not throw.
+        get: (_target, property) => (typeof property === 'symbol' ? undefined : fail()),
+        apply: fail,
+        construct: fail,
+    });
+}
+/** The local state store (embedded MQTT5 broker + store) in this process, for tests. Only in a
+ * build with the `testing` cargo feature; see "Testing with a local server" in the README. */
+exports.LocalServer = testTooling('LocalServer', native.LocalServer);
+/** The fault-injection TCP proxy of the test suites. Only with the `testing` cargo feature. */
+exports.FaultProxy = testTooling('FaultProxy', native.FaultProxy);
 /**
  * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
  * the fencing token of a lock). Immutable.
@@ -799,15 +831,19 @@ class LeaderElection {
     }
 }
 exports.LeaderElection = LeaderElection;
-/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
+/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). Only in a
+ * build with the `testing` cargo feature. */
 function benchRustGet(url, n, depth) {
+    if (native.benchRustGet === undefined)
+        return Promise.reject(missingTestTooling('benchRustGet'));
     return native.benchRustGet(url, n, depth);
 }
 // ---------------------------------------------------------------------------------------
 // IoT Hub device client (mqstate::iothub)
 // ---------------------------------------------------------------------------------------
-var binding_2 = require("./binding");
-Object.defineProperty(exports, "LocalIotHub", { enumerable: true, get: function () { return binding_2.LocalIotHub; } });
+/** The local IoT Hub in this process, for tests. Only in a build with the `testing` cargo
+ * feature. */
+exports.LocalIotHub = testTooling('LocalIotHub', native.LocalIotHub);
 /**
  * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
  * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with

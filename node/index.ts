@@ -22,15 +22,58 @@
 
 import * as native from './binding';
 
-export { FaultProxy, LocalServer } from './binding';
+// The test tooling of the native module (`LocalServer`, `LocalIotHub`, `FaultProxy`,
+// `benchRustGet`) exists only in a build with the `testing` cargo feature (the repository's
+// test suite and benchmark build it so); the released package holds the clients only. There
+// these names are placeholders that throw an error saying so at the first use.
+
+/** The error a test helper throws in a build without the test tooling. */
+function missingTestTooling(name: string): Error {
+  const error = new Error(
+    `mqstate: ${name} is not in this build of the native module: the released package holds the ` +
+      'clients only. For tests, run the `mqstate` binary (`mqstate serve --port 0` logs ' +
+      '`ready url=mqtt://127.0.0.1:PORT`; see the README, "Testing with a local server"), or ' +
+      'build the addon from a checkout with the test server: `npm run build:native` ' +
+      '(cargo feature `testing`).',
+  ) as Error & { code: string };
+  error.code = 'ERR_NOT_SUPPORTED';
+  return error;
+}
+
+/** `value` if the native module has it, else a stand-in that throws {@link missingTestTooling}
+ * when it is called, constructed or one of its properties is read. */
+function testTooling<T extends object>(name: string, value: T | undefined): T {
+  if (value !== undefined) return value;
+  const fail = (): never => {
+    throw missingTestTooling(name);
+  };
+  return new Proxy(function () {} as unknown as T, {
+    // Symbols (util.inspect, Symbol.toPrimitive...) read as absent, so that logging the
+    // module's exports does not throw.
+    get: (_target, property) => (typeof property === 'symbol' ? undefined : fail()),
+    apply: fail,
+    construct: fail,
+  });
+}
+
+/** The local state store (embedded MQTT5 broker + store) in this process, for tests. Only in a
+ * build with the `testing` cargo feature; see "Testing with a local server" in the README. */
+export const LocalServer: typeof native.LocalServer = testTooling('LocalServer', native.LocalServer);
+export type LocalServer = native.LocalServer;
+/** The fault-injection TCP proxy of the test suites. Only with the `testing` cargo feature. */
+export const FaultProxy: typeof native.FaultProxy = testTooling('FaultProxy', native.FaultProxy);
+export type FaultProxy = native.FaultProxy;
 export type {
   ClientOptions,
   LocalServerOptions,
   ReconnectConfig,
-  SetResult,
+  SetOutcome,
   TlsConfig,
   Versioned,
 } from './binding';
+
+/** @deprecated Renamed `SetOutcome`, its name in every language; this alias will go. */
+export type SetResult = native.SetOutcome;
 
 /**
  * A version: a hybrid logical clock value `{ms}:{counter}:{nodeId}` (the version of a key,
@@ -392,7 +435,7 @@ export class Client {
    * `SET`: writes the value. With `nx` / `nex`, `applied` says whether the condition held;
    * `expiryMs` makes the key expire; `fencingToken` writes a key protected by a lock.
    */
-  set(key: Bytes, value: Bytes, options?: SetOptions): Promise<native.SetResult> {
+  set(key: Bytes, value: Bytes, options?: SetOptions): Promise<native.SetOutcome> {
     return guarded(() => {
       checkBytes('key', key);
       checkBytes('value', value);
@@ -988,8 +1031,10 @@ export class LeaderElection {
   }
 }
 
-/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). */
+/** The GETs per second of the Rust client, `depth` in flight (for the benchmark). Only in a
+ * build with the `testing` cargo feature. */
 export function benchRustGet(url: string, n: number, depth: number): Promise<number> {
+  if (native.benchRustGet === undefined) return Promise.reject(missingTestTooling('benchRustGet'));
   return native.benchRustGet(url, n, depth);
 }
 
@@ -997,7 +1042,10 @@ export function benchRustGet(url: string, n: number, depth: number): Promise<num
 // IoT Hub device client (mqstate::iothub)
 // ---------------------------------------------------------------------------------------
 
-export { LocalIotHub } from './binding';
+/** The local IoT Hub in this process, for tests. Only in a build with the `testing` cargo
+ * feature. */
+export const LocalIotHub: typeof native.LocalIotHub = testTooling('LocalIotHub', native.LocalIotHub);
+export type LocalIotHub = native.LocalIotHub;
 export type {
   DeviceConnectOptions,
   DeviceStats,

@@ -5,9 +5,9 @@
 
 use bytes::Bytes;
 
+use crate::client::options::ConnectOptions;
 use crate::client::{Client, SetOptions};
 use crate::protocol::errors::Error;
-use crate::client::options::ConnectOptions;
 
 /// Connects its own client to `url`, writes one 32-byte value, then runs `n` GETs of it with
 /// `depth` in flight (tokio tasks sharing the client). Returns the GETs per second.

@@ -56,7 +56,7 @@ pub mod protocol;
 pub mod stream;
 
 #[cfg(feature = "client")]
-pub use client::options::{ConnectOptions, ReconnectPolicy, TlsOptions};
+pub use client::options::{ConnectOptions, ConnectSettings, ReconnectPolicy, TlsOptions};
 #[cfg(feature = "client")]
 pub use client::{
     Client, ConnectionState, KeyNotification, KeyObservation, Scan, ScanKeys, SetOptions,

@@ -1,7 +1,7 @@
 //! A stream of the client (key observations, lease and leadership events) shared between a
 //! binding's foreign object and the `next()` calls waiting on it, and closable from either.
 //!
-//! The Node and Kotlin/Swift bindings hand streams to their language as pull-based objects:
+//! The Node and Kotlin bindings hand streams to their language as pull-based objects:
 //! each `next()` waits here, in the core, for one item, so a stream nobody reads holds
 //! nothing on the foreign side. A [`SharedStream`] ends (`next()` gives `None`, and from
 //! then on) when it is closed, when the core ends it, or when its client is closed, so no
@@ -32,8 +32,8 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, watch};
 
 use crate::client::{ConnectionState, KeyNotification, KeyObservation};
-use crate::protocol::errors::Error;
 use crate::lock::{LeadershipEvent, LeadershipEvents, LeaseEvent, LeaseEvents};
+use crate::protocol::errors::Error;
 
 /// A core stream that yields items until it ends: [`KeyObservation`], [`LeaseEvents`],
 /// [`LeadershipEvents`].

@@ -17,8 +17,8 @@ use bytes::Bytes;
 use futures_core::Stream as _;
 use mqstate::lock::{LeaderElection, Lease, LeaseEvents, Lock, LockGuard};
 use mqstate::{
-    Client, ConnectOptions, Error, ErrorKind, Hlc, KeyObservation, NotifyOperation, Scan,
-    SetOptions, VdelOutcome,
+    Client, ConnectSettings, Error, ErrorKind, Hlc, KeyObservation, NotifyOperation, Scan,
+    SetCondition, SetOptions, VdelOutcome,
 };
 use mqstate_testing::{Backend, TestStore};
 use serde_json::{Map, Value, json};
@@ -28,7 +28,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// The fields each step type takes (besides `op`, `client` and `expect`).
 const STEPS: &[(&str, &[&str])] = &[
-    ("connect", &["url", "connect_timeout_ms"]),
+    ("connect", &["url", "host", "tls", "connect_timeout_ms"]),
     ("close", &[]),
     (
         "set",
@@ -208,12 +208,17 @@ impl Run {
         let mut out = Map::new();
         match op {
             "connect" => {
-                let url = self.subst(&str_of("url"));
-                let mut options = ConnectOptions::from_url(&url)?;
-                if let Some(t) = step.get("connect_timeout_ms") {
-                    options.connect_timeout = ms(t.as_u64().unwrap());
-                }
-                let client = Client::connect(options).await?;
+                // The fields go through the core's merge, as every binding's do.
+                let mut settings = ConnectSettings::default();
+                settings.url = step.get("url").map(|_| self.subst(&str_of("url")));
+                settings.host = step.get("host").map(|_| self.subst(&str_of("host")));
+                settings.tls = step
+                    .get("tls")
+                    .map(|t| t.as_bool().expect("tls must be a bool"));
+                settings.connect_timeout = step
+                    .get("connect_timeout_ms")
+                    .map(|t| ms(t.as_u64().unwrap()));
+                let client = Client::connect(settings.resolve()?).await?;
                 let name = step["client"].as_str().unwrap_or("a").to_owned();
                 self.clients.insert(name, client);
             }
@@ -227,12 +232,10 @@ impl Run {
             }
             "set" => {
                 let mut options = SetOptions::default();
-                if step["nx"] == json!(true) {
-                    options = options.nx();
-                }
-                if step["nex"] == json!(true) {
-                    options = options.nex();
-                }
+                options.condition = SetCondition::from_flags(
+                    step["nx"] == json!(true),
+                    step["nex"] == json!(true),
+                )?;
                 if let Some(e) = step.get("expiry_ms") {
                     options = options.expiry(ms(e.as_u64().unwrap()));
                 }

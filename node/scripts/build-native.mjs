@@ -16,6 +16,12 @@
 // what `tsc` makes of index.ts (index.js, index.d.ts), and compared with the checked-in
 // ones: the script fails, printing a diff, if any of them is stale.
 //
+// The addon is built with the `testing` cargo feature (the in-process LocalServer and
+// LocalIotHub, the fault proxy and the benchmark hooks the test suite and the benchmark use),
+// so the checked-in binding.d.ts and binding.js describe those too. The released package
+// (scripts/dist, `npm run build:release`) is built without it: index.ts then throws a clear
+// error when they are used.
+//
 // Usage: node scripts/build-native.mjs [--release] [--check]
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -47,7 +53,7 @@ if (!existsSync(typeDefFile)) {
   env[`NAPI_FORCE_BUILD_${crateName.toUpperCase().replace(/-/g, '_')}`] = String(Date.now());
 }
 
-const cargoArgs = ['build', '--package', crateName, ...(release ? ['--release'] : [])];
+const cargoArgs = ['build', '--package', crateName, '--features', 'testing', ...(release ? ['--release'] : [])];
 console.log(`cargo ${cargoArgs.join(' ')}`);
 execFileSync('cargo', cargoArgs, { cwd: pkgDir, env, stdio: 'inherit' });
 

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use mqstate::{
-    Client, ConnectOptions, Error, ReconnectPolicy, SetOptions, TlsOptions, VdelOutcome,
+    Client, ConnectOptions, ConnectSettings, Error, SetCondition, SetOptions, VdelOutcome,
 };
 use napi::Env;
 use napi::bindgen_prelude::{BufferSlice, Either, PromiseRaw, Uint8ArraySlice};
@@ -120,84 +120,48 @@ pub struct ClientOptions {
     pub max_packet_size: Option<f64>,
 }
 
+/// The options object converted field by field (JS numbers and units) and merged by the core
+/// (`ConnectSettings::resolve`, which owns every rule of the merge).
 fn connect_options(o: ClientOptions) -> Result<ConnectOptions, Error> {
-    let mut c = match &o.url {
-        Some(url) => ConnectOptions::from_url(url)?,
-        None => ConnectOptions::default(),
-    };
-    if let Some(host) = o.host {
-        c.host = host;
+    let mut s = ConnectSettings::default();
+    s.url = o.url;
+    s.host = o.host;
+    s.port = o.port.map(|p| whole("port", p)).transpose()?;
+    s.client_id = o.client_id;
+    s.request_timeout = millis("timeoutMs", o.timeout_ms)?;
+    s.connect_timeout = millis("connectTimeoutMs", o.connect_timeout_ms)?;
+    if let Some(secs) = o.keep_alive_seconds {
+        s.keep_alive = Some(Duration::from_secs(whole("keepAliveSeconds", secs)?));
     }
-    if let Some(tls) = o.tls {
-        match tls {
-            Either::A(false) => c.tls = None,
-            Either::A(true) => {
-                c.tls.get_or_insert_with(TlsOptions::default);
-            }
-            Either::B(t) => {
-                let tls = c.tls.get_or_insert_with(TlsOptions::default);
-                if let Some(v) = t.ca_file {
-                    tls.ca_file = Some(v.into());
-                }
-                if let Some(v) = t.cert_file {
-                    tls.client_cert_file = Some(v.into());
-                }
-                if let Some(v) = t.key_file {
-                    tls.client_key_file = Some(v.into());
-                }
-                if let Some(v) = t.server_name {
-                    tls.server_name = Some(v);
-                }
-            }
+    if let Some(secs) = o.session_expiry_seconds {
+        s.session_expiry = Some(Duration::from_secs(whole("sessionExpirySeconds", secs)?));
+    }
+    s.username = o.username;
+    s.password = o.password;
+    s.password_file = o.password_file.map(Into::into);
+    s.sat_file = o.sat_file.map(Into::into);
+    match o.tls {
+        None => {}
+        Some(Either::A(on)) => s.tls = Some(on),
+        Some(Either::B(t)) => {
+            s.tls = Some(true);
+            s.ca_file = t.ca_file.map(Into::into);
+            s.cert_file = t.cert_file.map(Into::into);
+            s.key_file = t.key_file.map(Into::into);
+            s.server_name = t.server_name;
         }
-        // Without a URL or a port, the core decides the port (8883 with TLS).
-        if o.url.is_none() && o.port.is_none() {
-            c.port = ConnectOptions::default_port(c.tls.is_some());
-        }
-    }
-    if let Some(port) = o.port {
-        c.port = whole("port", port)?;
-    }
-    if let Some(id) = o.client_id {
-        c.client_id = Some(id);
-    }
-    if let Some(t) = millis("timeoutMs", o.timeout_ms)? {
-        c.request_timeout = t;
-    }
-    if let Some(t) = millis("connectTimeoutMs", o.connect_timeout_ms)? {
-        c.connect_timeout = t;
-    }
-    if let Some(s) = o.keep_alive_seconds {
-        c.keep_alive = Duration::from_secs(whole("keepAliveSeconds", s)?);
-    }
-    if let Some(s) = o.session_expiry_seconds {
-        c.session_expiry = Duration::from_secs(whole("sessionExpirySeconds", s)?);
-    }
-    if let Some(u) = o.username {
-        c.username = Some(u);
-    }
-    if let Some(p) = o.password {
-        c.password = Some(p);
-    }
-    if let Some(p) = o.password_file {
-        c.password_file = Some(p.into());
-    }
-    if let Some(p) = o.sat_file {
-        c.sat_file = Some(p.into());
     }
     if let Some(r) = o.reconnect {
-        let initial = millis("reconnect.initialDelayMs", r.initial_delay_ms)?
-            .unwrap_or(c.reconnect.initial_delay);
-        let max = millis("reconnect.maxDelayMs", r.max_delay_ms)?.unwrap_or(c.reconnect.max_delay);
-        c.reconnect = ReconnectPolicy::new(initial, max);
+        s.reconnect_initial_delay = millis("reconnect.initialDelayMs", r.initial_delay_ms)?;
+        s.reconnect_max_delay = millis("reconnect.maxDelayMs", r.max_delay_ms)?;
     }
     if let Some(n) = o.observation_buffer {
-        c.observation_buffer = whole("observationBuffer", n)?;
+        s.observation_buffer = Some(whole("observationBuffer", n)?);
     }
     if let Some(n) = o.max_packet_size {
-        c.max_packet_size = whole("maxPacketSize", n)?;
+        s.max_packet_size = Some(whole("maxPacketSize", n)?);
     }
-    Ok(c)
+    s.resolve()
 }
 
 /// A value and its version.
@@ -221,7 +185,7 @@ impl std::fmt::Debug for Versioned<'_> {
 /// The outcome of a `set`.
 #[napi(object, object_from_js = false)]
 #[derive(Debug)]
-pub struct SetResult {
+pub struct SetOutcome {
     /// False when the `nx` / `nex` condition failed (nothing was written).
     pub applied: bool,
     /// The key's new version when applied (for a lock, the fencing token).
@@ -349,23 +313,15 @@ impl NativeClient {
         timeout_ms: Option<f64>,
         cancel: Option<&CancelToken>,
         persist: Option<bool>,
-    ) -> napi::Result<PromiseRaw<'env, SetResult>> {
+    ) -> napi::Result<PromiseRaw<'env, SetOutcome>> {
         let prepared = (|| {
             let client = self.with_timeout(timeout_ms)?;
             let mut options = SetOptions::default();
             if persist.unwrap_or(false) {
                 options = options.persist();
             }
-            match (nx.unwrap_or(false), nex.unwrap_or(false)) {
-                (true, true) => {
-                    return Err(Error::InvalidArgument(
-                        "nx and nex cannot both be set".into(),
-                    ));
-                }
-                (true, false) => options = options.nx(),
-                (false, true) => options = options.nex(),
-                (false, false) => {}
-            }
+            options.condition =
+                SetCondition::from_flags(nx.unwrap_or(false), nex.unwrap_or(false))?;
             if let Some(expiry) = millis("expiryMs", expiry_ms)? {
                 options = options.expiry(expiry);
             }
@@ -384,7 +340,7 @@ impl NativeClient {
             receiver(cancel),
             async move { client.set(&key, &value, options).await },
             |_, outcome| {
-                Ok(SetResult {
+                Ok(SetOutcome {
                     applied: outcome.applied,
                     version: outcome.version.into(),
                 })
@@ -520,41 +476,4 @@ impl NativeClient {
             |_, ()| Ok(()),
         )
     }
-}
-
-/// The Rust figure of the benchmark (`mqstate::bench::rust_get`): connects its own client to
-/// `url`, writes one 32-byte value, then runs `n` GETs of it with `depth` in flight, from Rust
-/// only. Resolves to the GETs per second.
-#[napi]
-pub fn bench_rust_get(
-    env: &Env,
-    url: String,
-    n: u32,
-    depth: u32,
-) -> napi::Result<PromiseRaw<'_, f64>> {
-    spawn(
-        env,
-        None,
-        async move { mqstate::bench::rust_get(&url, n, depth).await },
-        |_, ops| Ok(ops),
-    )
-}
-
-/// Test helper, not part of the API (the wrapper does not export it): a call whose future
-/// panics with `message` in its second poll, made on the JS thread. The panic must reject the
-/// Promise with an internal error instead of unwinding into Node.
-#[napi]
-pub fn panicking_call(env: &Env, message: String) -> napi::Result<PromiseRaw<'_, ()>> {
-    spawn(
-        env,
-        None,
-        async move {
-            tokio::task::yield_now().await;
-            #[allow(clippy::panic)] // the panic is what this helper exists to make
-            std::panic::panic_any::<String>(message);
-            #[allow(unreachable_code)]
-            Ok(())
-        },
-        |_, ()| Ok(()),
-    )
 }

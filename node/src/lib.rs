@@ -1,5 +1,9 @@
 //! The native module of the npm package `mqstate`: a Node-API addon (napi-rs) over the Rust
-//! client (`mqstate`) and the local server (`mqstate-server`).
+//! client (`mqstate`) and the IoT Hub device client (`mqstate::iothub`).
+//!
+//! The `testing` cargo feature adds the test tooling (module `testing`): the in-process local
+//! server (`mqstate-server`) and IoT Hub, the fault proxy and the benchmark hooks. The released
+//! package is built without it: only the clients.
 //!
 //! Nothing of the protocol is implemented here; this crate only converts values and errors
 //! between JavaScript and the core. The public JavaScript API is the thin TypeScript wrapper in
@@ -17,24 +21,25 @@
 
 mod client;
 mod error;
-mod fault_proxy;
 mod hlc;
 mod iothub;
 mod lock;
 mod observe;
 mod scan;
-mod server;
+#[cfg(feature = "testing")]
+mod testing;
 mod util;
 
-pub use client::{CancelToken, NativeClient, bench_rust_get, panicking_call};
+pub use client::{CancelToken, NativeClient};
 pub use error::invalid_argument_error;
-pub use fault_proxy::FaultProxy;
 pub use hlc::{Hlc, hlc_check, hlc_class, hlc_compare, hlc_format, hlc_parse};
-pub use iothub::{LocalIotHub, NativeC2dMessage, NativeDeviceClient};
+pub use iothub::{NativeC2dMessage, NativeDeviceClient};
 pub use lock::{
     NativeLeaderElection, NativeLeadershipEvents, NativeLease, NativeLeaseEvents, NativeLock,
     NativeLockGuard,
 };
 pub use observe::NativeObservation;
 pub use scan::NativeScan;
-pub use server::LocalServer;
+// The test tooling: only in builds with the `testing` feature, never in the released package.
+#[cfg(feature = "testing")]
+pub use testing::{FaultProxy, LocalIotHub, LocalServer, bench_rust_get, panicking_call};

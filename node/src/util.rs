@@ -101,9 +101,9 @@ where
             }
             Ok(Some(Err(e))) => Err(js_error(&env, &e, &[])),
             Ok(None) => Err(abort_error(&env)),
-            Err(panic) => Err(napi::Error::from_reason(mqstate::protocol::errors::panic_report(
-                &*panic,
-            ))),
+            Err(panic) => Err(napi::Error::from_reason(
+                mqstate::protocol::errors::panic_report(&*panic),
+            )),
         };
         bridge::settle(raw_env, deferred, settled);
     };

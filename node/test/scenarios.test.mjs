@@ -15,7 +15,7 @@ const WAIT_MS = 20_000; // anything that must happen may take this long on a bus
 
 /** The fields each step type takes (besides `op`, `client` and `expect`). */
 const STEPS = {
-  connect: ['url', 'connect_timeout_ms'],
+  connect: ['url', 'host', 'tls', 'connect_timeout_ms'],
   close: [],
   set: ['key', 'value', 'nx', 'nex', 'expiry_ms', 'fencing_token', 'save_version'],
   get: ['key'],
@@ -175,7 +175,10 @@ class Run {
     const out = {};
     switch (step.op) {
       case 'connect': {
-        const options = { url: this.subst(step.url) };
+        const options = {};
+        if (step.url !== undefined) options.url = this.subst(step.url);
+        if (step.host !== undefined) options.host = this.subst(step.host);
+        if (step.tls !== undefined) options.tls = step.tls;
         if (step.connect_timeout_ms !== undefined) options.connectTimeoutMs = step.connect_timeout_ms;
         this.clients.set(step.client ?? 'a', await Client.connect(options));
         break;

@@ -13,6 +13,8 @@ import {
   type LeadershipEvent,
   type MqstateError,
   type Notification,
+  type SetOutcome,
+  type SetResult,
   type VdelOutcome,
 } from '../index.js';
 
@@ -23,7 +25,7 @@ export async function typed(): Promise<void> {
   const fromEnv: Promise<Client> = Client.fromEnv({ AIO_BROKER_HOSTNAME: 'h' });
   void fromEnv.catch(() => undefined);
 
-  const set: { applied: boolean; version: Hlc } = await client.set('k', Buffer.from([1]), {
+  const set: SetOutcome = await client.set('k', Buffer.from([1]), {
     nx: true,
     expiryMs: 1000,
     fencingToken: '1:0:n',
@@ -38,6 +40,9 @@ export async function typed(): Promise<void> {
     const order: number = got.version.compare(set.version);
     void [value, order, Hlc.compare(got.version, set.version), got.version.ms + 1n];
   }
+  const fields: { applied: boolean; version: Hlc } = set;
+  const old: SetResult = set; // the deprecated alias still compiles
+  void [fields, old];
   const deleted: number = await client.del('k', { fencingToken: set.version });
   const outcome: VdelOutcome = await client.vdel('k', 'v');
   void [deleted, outcome];

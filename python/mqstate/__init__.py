@@ -17,8 +17,9 @@ asyncio::
 Keys and values are ``bytes`` or ``str`` (UTF-8); values come back as ``bytes``, versions as
 :class:`Hlc`. Errors are :class:`Error` subclasses. Leases, locks and leader election:
 :class:`Lease`, :class:`Lock`, :class:`LeaderElection` (and their ``Async`` twins). Listing keys:
-``client.scan(pattern)`` (:class:`Scan`, :class:`AsyncScan`). :mod:`mqstate.testing` starts a local
-state store in-process for tests.
+``client.scan(pattern)`` (:class:`Scan`, :class:`AsyncScan`). Tests run a local state store with
+the ``mqstate`` binary (``mqstate serve --port 0``); :mod:`mqstate.testing` runs one in-process in
+a build with the ``testing`` cargo feature (not the released wheel).
 """
 
 from ._errors import (

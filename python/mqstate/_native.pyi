@@ -826,6 +826,10 @@ class AsyncLeaderElection:
         /,
     ) -> Call[bool]: ...
 
+# The test tooling below (LocalServer, _SilentBroker, _FaultProxy, _bench_*, _panicking_call,
+# LocalIotHub) is in the module only when it is built with the `testing` cargo feature (as
+# scripts/test-python builds it, and stubtest checks it); the released wheel has none of it.
+
 @final
 class LocalServer:
     """A local state store (embedded MQTT5 broker + store) in this process, on 127.0.0.1."""
@@ -1022,6 +1026,7 @@ class AsyncDeviceClient:
     def __aenter__(self) -> Call[AsyncDeviceClient]: ...
     def __aexit__(self, *exc_info: object) -> Call[bool]: ...
 
+# With the `testing` cargo feature only (see LocalServer).
 @final
 class LocalIotHub:
     """A local IoT Hub in this process (plain TCP device endpoint on 127.0.0.1)."""

@@ -30,6 +30,12 @@ a suite that wants the server outside its own process)::
 
 prints ``mqtt://127.0.0.1:PORT`` on its first line once the server is ready, and runs until
 its standard input closes or it receives SIGTERM / SIGINT.
+
+This module needs a native module built with the ``testing`` cargo feature (from a checkout:
+``maturin develop --features testing``, what ``scripts/test-python`` does). The released wheel
+holds the clients only, and importing this module from it raises ``ImportError``: tests
+written against a released wheel run the ``mqstate`` binary instead (``mqstate serve --port 0``
+logs ``ready url=mqtt://127.0.0.1:PORT``; see the README, "Testing with a local server").
 """
 
 from __future__ import annotations
@@ -39,7 +45,18 @@ import signal
 import sys
 import threading
 
-from ._native import LocalIotHub, LocalServer
+from . import _native
+
+if not hasattr(_native, "LocalServer"):  # the released wheel: built without the `testing` feature
+    raise ImportError(
+        "mqstate.testing needs the in-process test server, which this build of mqstate does not "
+        "have: the released wheel holds the clients only. For tests, run the `mqstate` binary "
+        "(`mqstate serve --port 0` logs `ready url=mqtt://127.0.0.1:PORT`; see the README, "
+        '"Testing with a local server"), or build the package from a checkout with the test '
+        "server: `maturin develop --features testing`."
+    )
+
+from ._native import LocalIotHub, LocalServer  # noqa: E402 (after the check above)
 
 __all__ = ["LocalIotHub", "LocalServer", "main"]
 

@@ -385,19 +385,3 @@ where
         }
     })
 }
-
-/// An awaitable whose Rust future panics when it is first polled, which happens on the
-/// loop's thread: the panic must become a `RuntimeError` of the awaitable, and the loop must
-/// go on. Test helper; not part of the API.
-#[pyfunction]
-pub(crate) fn _panicking_call(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
-    spawn(py, async move {
-        // A yield first, so that the panic happens in a later poll (from the loop's reader
-        // callback), not in the call itself.
-        tokio::task::yield_now().await;
-        #[allow(clippy::panic)] // the panic is what this helper exists to make
-        std::panic::panic_any::<String>(message);
-        #[allow(unreachable_code)]
-        Ok::<(), mqstate::Error>(())
-    })
-}

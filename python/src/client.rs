@@ -7,18 +7,19 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use mqstate::SetOptions;
+use mqstate::{SetCondition, SetOptions};
 
 use crate::aio::{self, Pending};
 use crate::convert::{BytesOut, bytes_arg, duration_arg, owned_bytes_arg};
-use crate::errors;
+use crate::errors::{self, OrRaise};
 use crate::observe::{AsyncObservation, Observation};
 use crate::options::{Base, connect_options};
 use crate::runtime::{call, wait};
 use crate::scan::{AsyncScan, Scan};
 use crate::types::{Hlc, SetOutcome, SetOutcomeOut, VdelOutcome, Versioned, VersionedOut};
 
-/// The SET options from the keyword arguments (`nx` and `nex` exclude each other).
+/// The SET options from the keyword arguments; the core judges them (`nx` with `nex`, a zero
+/// expiry).
 fn set_options(
     py: Python<'_>,
     nx: bool,
@@ -31,26 +32,10 @@ fn set_options(
     if persist {
         options = options.persist();
     }
-    match (nx, nex) {
-        (true, true) => {
-            return Err(errors::invalid_argument(
-                py,
-                "nx and nex exclude each other (nx: only if absent; nex: only if absent or equal)",
-            ));
-        }
-        (true, false) => options = options.nx(),
-        (false, true) => options = options.nex(),
-        (false, false) => {}
-    }
+    options.condition = SetCondition::from_flags(nx, nex).or_raise(py)?;
     if let Some(expiry) = expiry {
-        let expiry = duration_arg(expiry, "expiry")?;
-        if expiry.is_zero() {
-            return Err(errors::invalid_argument(
-                py,
-                "expiry must be longer than zero",
-            ));
-        }
-        options = options.expiry(expiry);
+        // A zero expiry is refused by the core (`invalid_argument`), as in every language.
+        options = options.expiry(duration_arg(expiry, "expiry")?);
     }
     if let Some(token) = fencing_token {
         options = options.fencing_token(token.get().0.clone());

@@ -4,14 +4,16 @@
 //! converts arguments and results, runs the client on the library's own tokio runtime, waits
 //! for it with the GIL released (`Client`) or through asyncio futures (`AsyncClient`), and
 //! turns `mqstate::Error` into the exception classes of `mqstate/_errors.py`.
+//!
+//! The `testing` cargo feature adds the test tooling (module `testing`): the in-process local
+//! server and IoT Hub, the fault proxy and the benchmark hooks. The released wheel is built
+//! without it: only the clients.
 
 mod aio;
-mod bench;
 mod call;
 mod client;
 mod convert;
 mod errors;
-mod fault_proxy;
 mod iothub;
 mod lock;
 mod observe;
@@ -19,6 +21,7 @@ mod options;
 mod runtime;
 mod scan;
 mod stream;
+#[cfg(feature = "testing")]
 mod testing;
 mod types;
 
@@ -58,12 +61,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<iothub::C2dMessage>()?;
     m.add_class::<iothub::Messages>()?;
     m.add_class::<iothub::AsyncMessages>()?;
-    m.add_class::<iothub::LocalIotHub>()?;
-    m.add_class::<testing::LocalServer>()?;
-    m.add_class::<testing::SilentBroker>()?;
-    m.add_class::<fault_proxy::FaultProxy>()?;
-    m.add_function(wrap_pyfunction!(bench::_bench_rust_get, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::_bench_rust_blocking_get, m)?)?;
-    m.add_function(wrap_pyfunction!(aio::_panicking_call, m)?)?;
+    // The test tooling (in-process local server and IoT Hub, fault proxy, benchmark hooks):
+    // only in builds with the `testing` feature, never in the released wheel.
+    #[cfg(feature = "testing")]
+    testing::register(m)?;
     Ok(())
 }

@@ -27,7 +27,7 @@ WAIT = 20.0  # seconds: anything that must happen may take this long on a busy m
 
 #: The fields each step type takes (besides ``op``, ``client`` and ``expect``).
 STEPS: dict[str, set[str]] = {
-    "connect": {"url", "connect_timeout_ms"},
+    "connect": {"url", "host", "tls", "connect_timeout_ms"},
     "close": set(),
     "set": {"key", "value", "nx", "nex", "expiry_ms", "fencing_token", "save_version"},
     "get": {"key"},
@@ -159,8 +159,12 @@ class Run:
     async def execute(self, op: str, step: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if op == "connect":
-            url = self.subst(step["url"])
+            url = self.subst(step["url"]) if "url" in step else None
             kwargs: dict[str, Any] = {}
+            if "host" in step:
+                kwargs["host"] = self.subst(step["host"])
+            if "tls" in step:
+                kwargs["tls"] = step["tls"]
             if "connect_timeout_ms" in step:
                 kwargs["connect_timeout"] = step["connect_timeout_ms"] / 1000
             client: Any

@@ -9,12 +9,12 @@ use mqstate::protocol::hlc::{DEFAULT_MAX_DRIFT, WallClock};
 use tokio::sync::mpsc;
 
 use crate::broker::{BrokerSecurity, EmbeddedBroker, EmbeddedBrokerConfig};
-use crate::statestore::dedup::DedupLimits;
 use crate::error::ServerError;
-use crate::statestore::handler::{DEFAULT_NODE_ID, HandlerConfig};
 use crate::persist::{PersistMode, Persistence};
-use crate::statestore::reconnect::StoreReconnect;
 use crate::security::{AccessControl, SecurityConfig};
+use crate::statestore::dedup::DedupLimits;
+use crate::statestore::handler::{DEFAULT_NODE_ID, HandlerConfig};
+use crate::statestore::reconnect::StoreReconnect;
 use crate::statestore::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).

@@ -17,8 +17,8 @@ use bytes::Bytes;
 use mqstate::protocol::hlc::ManualClock;
 use mqstate::protocol::resp3::{SetCondition, encode_set};
 use mqstate::{Client, ConnectOptions, SetOptions};
-use mqstate_server::statestore::handler::{HandlerConfig, RequestContext};
 use mqstate_server::persist::{self, PersistMode, Persistence};
+use mqstate_server::statestore::handler::{HandlerConfig, RequestContext};
 use mqstate_server::{LocalServer, ServerConfig, ServerError};
 use redb::ReadableDatabase;
 

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mqstate::blocking::Client;
-use mqstate::{ConnectOptions, SetOptions, VdelOutcome};
+use mqstate::{ConnectOptions, SetCondition, SetOptions, VdelOutcome};
 
 use crate::boundary::{
     FfiError, Out, arg_bytes, arg_ref, into_handle, mqstate_status, mqstate_status::*,
@@ -16,7 +16,8 @@ use crate::options::mqstate_connect_options;
 use crate::version::{mqstate_value, mqstate_version};
 
 /// A SET condition (`mqstate_client_set`): one of `MQSTATE_SET_ALWAYS`, `_NX`, `_NEX`,
-/// optionally or-ed with `MQSTATE_SET_PERSIST`.
+/// optionally or-ed with `MQSTATE_SET_PERSIST`. `_NX | _NEX` is `MQSTATE_INVALID_ARGUMENT`
+/// (the core's "nx and nex exclude each other", as in every language).
 #[allow(non_camel_case_types, reason = "C type name")]
 pub type mqstate_set_condition = u32;
 
@@ -205,16 +206,18 @@ pub unsafe extern "C" fn mqstate_client_set(
         let token = unsafe { fencing_token.as_ref() };
         let out = unsafe { Out::optional(version_out) };
         let persist = condition & MQSTATE_SET_PERSIST != 0;
-        let mut options = match condition & !MQSTATE_SET_PERSIST {
-            MQSTATE_SET_ALWAYS => SetOptions::default(),
-            MQSTATE_SET_NX => SetOptions::default().nx(),
-            MQSTATE_SET_NEX => SetOptions::default().nex(),
-            other => {
-                return Err(FfiError::invalid(format!(
-                    "unknown SET condition {other} (expected MQSTATE_SET_ALWAYS, _NX or _NEX, optionally | MQSTATE_SET_PERSIST)"
-                )));
-            }
-        };
+        let flags = condition & !MQSTATE_SET_PERSIST;
+        if flags & !(MQSTATE_SET_NX | MQSTATE_SET_NEX) != 0 {
+            return Err(FfiError::invalid(format!(
+                "unknown SET condition {flags} (expected MQSTATE_SET_ALWAYS, _NX or _NEX, optionally | MQSTATE_SET_PERSIST)"
+            )));
+        }
+        let mut options = SetOptions::default();
+        // NX together with NEX is refused by the core, with the message of every language.
+        options.condition = SetCondition::from_flags(
+            flags & MQSTATE_SET_NX != 0,
+            flags & MQSTATE_SET_NEX != 0,
+        )?;
         if persist {
             options = options.persist();
         }

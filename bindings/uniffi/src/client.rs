@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mqstate::SetOptions;
 
-use crate::errors::{MqstateError, invalid};
+use crate::errors::MqstateError;
 use crate::observe::Observation;
 use crate::options::ConnectOptions;
 use crate::runtime::{call, run};
@@ -24,7 +24,7 @@ pub struct Versioned {
 
 /// The outcome of a `set`.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
-pub struct SetResult {
+pub struct SetOutcome {
     /// False when the `nx` / `nex` condition failed (nothing was written).
     pub applied: bool,
     /// The key's new version when applied (for a lock, the fencing token).
@@ -92,19 +92,25 @@ impl Client {
         u64::try_from(self.inner.requests_in_flight()).unwrap_or(u64::MAX)
     }
 
-    /// `GET key`: the value and its version, or null.
-    #[uniffi::method(default(timeout = None))]
-    pub async fn get(
+    /// `GET key`: the value and its version, or null, with the client's timeout.
+    ///
+    /// The hot call's shape is chosen for the JNA-based Kotlin binding, where every argument
+    /// and optional costs native calls and allocations: the key and nothing else (no optional
+    /// timeout; `get_with_timeout` takes one), one buffer for the result. The Kotlin
+    /// `Client.get(key, timeout)` picks between the two (kotlin/README.md, "Benchmark").
+    pub async fn get(&self, key: Vec<u8>) -> Result<Option<Versioned>, MqstateError> {
+        let client = self.inner.clone();
+        get_versioned(client, key).await
+    }
+
+    /// `GET key` with its own timeout instead of the client's.
+    pub async fn get_with_timeout(
         &self,
         key: Vec<u8>,
-        timeout: Option<Duration>,
+        timeout: Duration,
     ) -> Result<Option<Versioned>, MqstateError> {
-        let client = self.with_timeout(timeout);
-        let got = call(async move { client.get(&key).await }).await?;
-        Ok(got.map(|v| Versioned {
-            value: v.value.to_vec(),
-            version: v.version.into(),
-        }))
+        let client = self.inner.with_timeout(timeout);
+        get_versioned(client, key).await
     }
 
     /// `SET key value [NX|NEX] [PX expiry]`, with `__ft` when a fencing token is given and
@@ -128,18 +134,14 @@ impl Client {
         fencing_token: Option<Hlc>,
         persist: bool,
         timeout: Option<Duration>,
-    ) -> Result<SetResult, MqstateError> {
+    ) -> Result<SetOutcome, MqstateError> {
         let client = self.with_timeout(timeout);
         let mut options = SetOptions::default();
         if persist {
             options = options.persist();
         }
-        match (nx, nex) {
-            (true, true) => return Err(invalid("nx and nex cannot both be set")),
-            (true, false) => options = options.nx(),
-            (false, true) => options = options.nex(),
-            (false, false) => {}
-        }
+        // Both flags at once is the core's refusal, with its one message in every language.
+        options.condition = mqstate::SetCondition::from_flags(nx, nex)?;
         if let Some(expiry) = expiry {
             options = options.expiry(expiry);
         }
@@ -147,7 +149,7 @@ impl Client {
             options = options.fencing_token(token);
         }
         let outcome = call(async move { client.set(&key, &value, options).await }).await?;
-        Ok(SetResult {
+        Ok(SetOutcome {
             applied: outcome.applied,
             version: outcome.version.into(),
         })
@@ -219,4 +221,16 @@ impl Client {
         })
         .await
     }
+}
+
+/// The one `GET` of both exported shapes: polled in the runtime's context (`runtime::call`).
+async fn get_versioned(
+    client: mqstate::Client,
+    key: Vec<u8>,
+) -> Result<Option<Versioned>, MqstateError> {
+    let got = call(async move { client.get(&key).await }).await?;
+    Ok(got.map(|v| Versioned {
+        value: v.value.to_vec(),
+        version: v.version.into(),
+    }))
 }

@@ -137,10 +137,6 @@ impl From<uniffi::UnexpectedUniFFICallbackError> for MqstateError {
     }
 }
 
-pub(crate) fn invalid(reason: impl Into<String>) -> MqstateError {
-    MqstateError::from(Error::InvalidArgument(reason.into()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +161,8 @@ mod tests {
             }
             other => panic!("not a service error: {other:?}"),
         }
-        assert_eq!(invalid("x").kind(), "invalid_argument");
-        assert_eq!(invalid("x").describe(), "invalid argument: x");
+        let invalid = MqstateError::from(Error::InvalidArgument("x".into()));
+        assert_eq!(invalid.kind(), "invalid_argument");
+        assert_eq!(invalid.describe(), "invalid argument: x");
     }
 }

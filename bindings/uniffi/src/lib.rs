@@ -35,7 +35,7 @@ mod scan;
 mod types;
 
 pub use bench::bench_rust_get;
-pub use client::{Client, SetResult, VdelOutcome, Versioned};
+pub use client::{Client, SetOutcome, VdelOutcome, Versioned};
 pub use errors::MqstateError;
 pub use iothub::{C2dMessage, DeviceClient, DeviceOptions, DeviceStats, Property, Telemetry};
 pub use lock::{

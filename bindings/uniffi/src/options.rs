@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mqstate::{ReconnectPolicy, TlsOptions};
+use mqstate::ConnectSettings;
 
 use crate::errors::MqstateError;
 
@@ -82,78 +82,37 @@ pub struct ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// The core's options; the core validates them when connecting.
+    /// The core's options: the record's fields laid over its URL (or the defaults) by the
+    /// core's one merge (`ConnectSettings::resolve`, which owns the rules: which value wins,
+    /// the port when none is given, validation).
     pub(crate) fn to_core(&self) -> Result<mqstate::ConnectOptions, MqstateError> {
         let o = self.clone();
-        let mut c = match &o.url {
-            Some(url) => mqstate::ConnectOptions::from_url(url)?,
-            None => mqstate::ConnectOptions::default(),
-        };
-        if let Some(host) = o.host {
-            c.host = host;
-        }
+        let mut s = ConnectSettings::default();
+        s.url = o.url;
+        s.host = o.host;
+        s.port = o.port;
+        s.client_id = o.client_id;
+        s.request_timeout = o.timeout;
+        s.connect_timeout = o.connect_timeout;
+        s.keep_alive = o.keep_alive;
+        s.session_expiry = o.session_expiry;
+        s.username = o.username;
+        s.password = o.password;
+        s.password_file = o.password_file.map(Into::into);
+        s.sat_file = o.sat_file.map(Into::into);
         if let Some(t) = o.tls {
-            let tls = c.tls.get_or_insert_with(TlsOptions::default);
-            if let Some(v) = t.ca_file {
-                tls.ca_file = Some(v.into());
-            }
-            if let Some(v) = t.cert_file {
-                tls.client_cert_file = Some(v.into());
-            }
-            if let Some(v) = t.key_file {
-                tls.client_key_file = Some(v.into());
-            }
-            if let Some(v) = t.server_name {
-                tls.server_name = Some(v);
-            }
-            // Without a URL or a port, the core decides the port (8883 with TLS).
-            if o.url.is_none() && o.port.is_none() {
-                c.port = mqstate::ConnectOptions::default_port(true);
-            }
+            s.tls = Some(true);
+            s.ca_file = t.ca_file.map(Into::into);
+            s.cert_file = t.cert_file.map(Into::into);
+            s.key_file = t.key_file.map(Into::into);
+            s.server_name = t.server_name;
         }
-        if let Some(port) = o.port {
-            c.port = port;
-        }
-        if let Some(id) = o.client_id {
-            c.client_id = Some(id);
-        }
-        if let Some(t) = o.timeout {
-            c.request_timeout = t;
-        }
-        if let Some(t) = o.connect_timeout {
-            c.connect_timeout = t;
-        }
-        if let Some(t) = o.keep_alive {
-            c.keep_alive = t;
-        }
-        if let Some(t) = o.session_expiry {
-            c.session_expiry = t;
-        }
-        if let Some(u) = o.username {
-            c.username = Some(u);
-        }
-        if let Some(p) = o.password {
-            c.password = Some(p);
-        }
-        if let Some(p) = o.password_file {
-            c.password_file = Some(p.into());
-        }
-        if let Some(p) = o.sat_file {
-            c.sat_file = Some(p.into());
-        }
-        if o.reconnect_initial_delay.is_some() || o.reconnect_max_delay.is_some() {
-            c.reconnect = ReconnectPolicy::new(
-                o.reconnect_initial_delay
-                    .unwrap_or(c.reconnect.initial_delay),
-                o.reconnect_max_delay.unwrap_or(c.reconnect.max_delay),
-            );
-        }
-        if let Some(n) = o.observation_buffer {
-            c.observation_buffer = usize::try_from(n).unwrap_or(usize::MAX);
-        }
-        if let Some(n) = o.max_packet_size {
-            c.max_packet_size = n;
-        }
-        Ok(c)
+        s.reconnect_initial_delay = o.reconnect_initial_delay;
+        s.reconnect_max_delay = o.reconnect_max_delay;
+        s.observation_buffer = o
+            .observation_buffer
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        s.max_packet_size = o.max_packet_size;
+        Ok(s.resolve()?)
     }
 }

@@ -194,7 +194,10 @@ impl Registry {
                 return;
             }
         };
-        let version = match message.property("__ts").map(str::parse::<Hlc>) {
+        let version = match message
+            .property(crate::protocol::properties::TIMESTAMP)
+            .map(str::parse::<Hlc>)
+        {
             Some(Ok(v)) => {
                 if let Err(e) = clock.merge(&v) {
                     tracing::warn!("notification version not merged into the clock: {e}");

@@ -40,14 +40,14 @@ use tokio::time::Instant;
 use crate::client::registry::Registry;
 use crate::client::transport::{IncomingMessage, OutgoingRequest, Publisher, expiry_secs};
 use crate::client::values::{ConnectionState, SetOptions, SetOutcome, VdelOutcome, Versioned};
-use crate::protocol::PERSISTENCE_PROPERTY;
 use crate::protocol::errors::Error;
 use crate::protocol::hlc::{Hlc, HlcClock, HlcError};
+use crate::protocol::properties;
 use crate::protocol::resp3::{self, KeyNotifyReply, SetReply};
 use crate::protocol::topics;
 
 /// The protocol version every request and response carries in `__protVer`.
-pub(crate) const PROTOCOL_VERSION: &str = "1.0";
+pub(crate) use crate::protocol::properties::PROTOCOL_VERSION;
 
 /// Correlation data: 16 bytes, shaped as a version-4 UUID.
 pub(crate) type Correlation = [u8; 16];
@@ -70,9 +70,9 @@ impl Response {
         let (mut stat, mut status_message, mut ts) = (None, None, None);
         for (name, value) in m.user_properties {
             let slot = match name.as_str() {
-                "__stat" => &mut stat,
-                "__stMsg" => &mut status_message,
-                "__ts" => &mut ts,
+                properties::STATUS => &mut stat,
+                properties::STATUS_MESSAGE => &mut status_message,
+                properties::TIMESTAMP => &mut ts,
                 _ => continue,
             };
             if slot.is_none() {
@@ -410,18 +410,21 @@ impl Shared {
     ) -> Result<OutgoingRequest, Error> {
         let ts = self.clock.send_update_text()?;
         let mut user_properties = Vec::with_capacity(7);
-        user_properties.push(("__srcId".to_owned(), self.client_id.clone()));
-        user_properties.push(("__protVer".to_owned(), PROTOCOL_VERSION.to_owned()));
-        user_properties.push(("__ts".to_owned(), ts));
+        user_properties.push((properties::SOURCE_ID.to_owned(), self.client_id.clone()));
+        user_properties.push((
+            properties::PROTOCOL_VERSION_PROPERTY.to_owned(),
+            PROTOCOL_VERSION.to_owned(),
+        ));
+        user_properties.push((properties::TIMESTAMP.to_owned(), ts));
         if let Some(token) = fencing_token {
-            user_properties.push(("__ft".to_owned(), token.to_string()));
+            user_properties.push((properties::FENCING_TOKEN.to_owned(), token.to_string()));
         }
         if persist {
             // Spelled as the official SDKs send it (Rust, Go, .NET): `aio-persistence: true`.
-            user_properties.push((PERSISTENCE_PROPERTY.to_owned(), "true".to_owned()));
+            user_properties.push((properties::PERSISTENCE.to_owned(), "true".to_owned()));
         }
-        user_properties.push(("$partition".to_owned(), self.client_id.clone()));
-        user_properties.push(("$high_priority".to_owned(), String::new()));
+        user_properties.push((properties::PARTITION.to_owned(), self.client_id.clone()));
+        user_properties.push((properties::HIGH_PRIORITY.to_owned(), String::new()));
         Ok(OutgoingRequest {
             topic: topics::REQUEST_TOPIC,
             payload,
@@ -438,7 +441,8 @@ impl Shared {
             Some("200") => {}
             Some(other) => {
                 return Err(Error::UnexpectedResponse(format!(
-                    "__stat {other:?}{}",
+                    "{} {other:?}{}",
+                    properties::STATUS,
                     response
                         .status_message
                         .as_deref()

@@ -54,7 +54,7 @@ impl OutgoingRequest {
             + 5 // message expiry interval
             + 3 + self.response_topic.len()
             + 3 + self.correlation.len()
-            + 3 + "application/octet-stream".len()
+            + 3 + crate::protocol::properties::CONTENT_TYPE.len()
             + self
                 .user_properties
                 .iter()
@@ -226,7 +226,7 @@ impl Publisher for RumqttcPublisher {
                 correlation_data: Some(request.correlation),
                 user_properties: request.user_properties,
                 subscription_identifiers: Vec::new(),
-                content_type: Some("application/octet-stream".to_owned()),
+                content_type: Some(crate::protocol::properties::CONTENT_TYPE.to_owned()),
             };
             self.client
                 .publish_bytes_with_properties(

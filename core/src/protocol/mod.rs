@@ -1,6 +1,7 @@
 //! The state store protocol as pure code, with no I/O: the RESP3 codec ([`resp3`]), hybrid
-//! logical clocks ([`hlc`]), topics ([`topics`]) and the error vocabulary ([`errors`]). The
-//! local server (`mqstate-server`) and the client share it.
+//! logical clocks ([`hlc`]), topics ([`topics`]), the user properties ([`properties`]) and
+//! the error vocabulary ([`errors`]). The local server (`mqstate-server`) and the client
+//! share it.
 //!
 //! ```
 //! use mqstate::protocol::hlc::Hlc;
@@ -13,8 +14,10 @@ pub mod errors;
 pub mod glob;
 pub mod hlc;
 pub mod instance;
+pub mod properties;
 pub mod resp3;
 pub mod topics;
 
-/// The user property asking the service to persist a SET's key (value `true`).
-pub const PERSISTENCE_PROPERTY: &str = "aio-persistence";
+/// The user property asking the service to persist a SET's key (value `true`); the same as
+/// [`properties::PERSISTENCE`].
+pub const PERSISTENCE_PROPERTY: &str = properties::PERSISTENCE;

@@ -49,6 +49,32 @@ pub enum SetCondition {
 }
 
 impl SetCondition {
+    /// The condition from the two flags every binding takes (`nx`, `nex`): at most one may
+    /// be set. Both is an [`Error::InvalidArgument`] with the one message every language
+    /// shows.
+    ///
+    /// ```
+    /// use mqstate::SetCondition;
+    ///
+    /// assert_eq!(SetCondition::from_flags(false, false).unwrap(), SetCondition::Always);
+    /// assert_eq!(SetCondition::from_flags(true, false).unwrap(), SetCondition::NotExists);
+    /// assert_eq!(SetCondition::from_flags(false, true).unwrap(), SetCondition::NotExistsOrEqual);
+    /// let err = SetCondition::from_flags(true, true).unwrap_err();
+    /// assert_eq!(err.kind().as_str(), "invalid_argument");
+    /// assert!(err.to_string().contains("nx and nex exclude each other"));
+    /// ```
+    pub fn from_flags(nx: bool, nex: bool) -> Result<SetCondition, Error> {
+        match (nx, nex) {
+            (true, true) => Err(Error::InvalidArgument(
+                "nx and nex exclude each other (nx: only if absent; nex: only if absent or equal)"
+                    .into(),
+            )),
+            (true, false) => Ok(SetCondition::NotExists),
+            (false, true) => Ok(SetCondition::NotExistsOrEqual),
+            (false, false) => Ok(SetCondition::Always),
+        }
+    }
+
     fn word(self) -> Option<&'static [u8]> {
         match self {
             SetCondition::Always => None,

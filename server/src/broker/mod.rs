@@ -30,9 +30,9 @@ use mqtt5::broker::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::error::ServerError;
 use admission::{AdmissionGate, GatedAuth};
 use tls::{RunningTlsListener, TlsListener};
-use crate::error::ServerError;
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
 pub const CLIENT_ID_PROPERTY: &str = "x-mqtt-client-id";

@@ -223,21 +223,29 @@ impl Handler {
                     max_keys: DASHBOARD_PAGE_KEYS,
                     ..self.scan_limits
                 };
-                let page = crate::statestore::scan::page(&self.store, &pattern, token.as_deref(), limits, now)
-                    .map(|page| KeysPage {
-                        keys: page
-                            .keys
-                            .iter()
-                            .filter_map(|key| {
-                                let entry = self.store.get(key)?;
-                                let lease = self.monitor.as_ref().is_some_and(|m| m.is_lease(key));
-                                Some(KeyView::of(key, &entry, lease, now))
-                            })
-                            .collect(),
-                        next: page.token.map(|t| mqstate::protocol::topics::hex_encode(&t)),
-                        count: self.store.len(),
-                    })
-                    .map_err(|e| e.text().to_owned());
+                let page = crate::statestore::scan::page(
+                    &self.store,
+                    &pattern,
+                    token.as_deref(),
+                    limits,
+                    now,
+                )
+                .map(|page| KeysPage {
+                    keys: page
+                        .keys
+                        .iter()
+                        .filter_map(|key| {
+                            let entry = self.store.get(key)?;
+                            let lease = self.monitor.as_ref().is_some_and(|m| m.is_lease(key));
+                            Some(KeyView::of(key, &entry, lease, now))
+                        })
+                        .collect(),
+                    next: page
+                        .token
+                        .map(|t| mqstate::protocol::topics::hex_encode(&t)),
+                    count: self.store.len(),
+                })
+                .map_err(|e| e.text().to_owned());
                 let _ = reply.send(page);
             }
         }

@@ -36,27 +36,30 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::broker::{BrokerEvent, CLIENT_ID_PROPERTY, Disconnector};
-use crate::statestore::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use crate::error::ServerError;
+use crate::persist::{self, MAX_BATCH, Persistence};
+use crate::statestore::dedup::{CachedAnswer, DedupCache, DedupLimits};
 use crate::statestore::handler::{Answer, Handler, HandlerConfig, Notification, RequestContext};
 use crate::statestore::mosquitto_log;
-use crate::persist::{self, MAX_BATCH, Persistence};
 use crate::statestore::reconnect::StoreReconnect;
 
-/// `__stat`: the status property on every response.
-pub const STATUS_PROPERTY: &str = "__stat";
-/// `__protVer`.
-pub const PROTOCOL_VERSION_PROPERTY: &str = "__protVer";
-/// `__ts`.
-pub const TIMESTAMP_PROPERTY: &str = "__ts";
-/// `__ft`.
-pub const FENCING_TOKEN_PROPERTY: &str = "__ft";
-/// `__srcId`.
-pub const SOURCE_ID_PROPERTY: &str = "__srcId";
-/// The protocol version the server speaks.
-pub const PROTOCOL_VERSION: &str = "1.0";
+// The protocol's property names and fixed values, defined once in the core
+// (`mqstate::protocol::properties`) and used by the client and this server alike; kept here
+// under their earlier names.
 /// The content type of requests, responses and notifications.
-pub const CONTENT_TYPE: &str = "application/octet-stream";
+pub use mqstate::protocol::properties::CONTENT_TYPE;
+/// `__ft`.
+pub use mqstate::protocol::properties::FENCING_TOKEN as FENCING_TOKEN_PROPERTY;
+/// The protocol version the server speaks.
+pub use mqstate::protocol::properties::PROTOCOL_VERSION;
+/// `__protVer`.
+pub use mqstate::protocol::properties::PROTOCOL_VERSION_PROPERTY;
+/// `__srcId`.
+pub use mqstate::protocol::properties::SOURCE_ID as SOURCE_ID_PROPERTY;
+/// `__stat`: the status property on every response.
+pub use mqstate::protocol::properties::STATUS as STATUS_PROPERTY;
+/// `__ts`.
+pub use mqstate::protocol::properties::TIMESTAMP as TIMESTAMP_PROPERTY;
 
 /// The session expiry the store asks for: the broker keeps its session (its subscription and
 /// the requests queued for it) across a broker restart or a dropped connection this long.
@@ -736,7 +739,7 @@ impl RequestProps {
                 FENCING_TOKEN_PROPERTY => props.fencing_token = Some(value),
                 SOURCE_ID_PROPERTY => props.source_id = Some(value),
                 CLIENT_ID_PROPERTY => props.broker_client_id = Some(value),
-                mqstate::PERSISTENCE_PROPERTY => {
+                mqstate::protocol::properties::PERSISTENCE => {
                     props.persist = value.eq_ignore_ascii_case("true");
                 }
                 _ => {}

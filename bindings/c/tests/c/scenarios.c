@@ -148,7 +148,7 @@ static const struct {
     const char *op;
     const char *fields[8];
 } STEPS[] = {
-    {"connect", {"url", "connect_timeout_ms"}},
+    {"connect", {"url", "host", "tls", "connect_timeout_ms"}},
     {"close", {0}},
     {"set", {"key", "value", "nx", "nex", "expiry_ms", "fencing_token", "save_version"}},
     {"get", {"key"}},
@@ -548,7 +548,21 @@ static bool failed(mqstate_status s) {
 static bool execute(const char *op, const cJSON *step, outcome_t *out) {
     mqstate_status s;
     if (!strcmp(op, "connect")) {
-        char *url = subst(str_field(step, "url", NULL));
+        char *url;
+        if (field(step, "url")) {
+            url = subst(str_field(step, "url", NULL));
+        } else {
+            /* Settings field by field with no port: the C API takes a port in
+             * mqstate_connect_options_new, so "no port" is said the C way, with a URL without
+             * one, and the core picks the port from TLS (mqtts:// means TLS). */
+            char *host = subst(str_field(step, "host", NULL));
+            const char *scheme = bool_field(step, "tls") ? "mqtts://" : "mqtt://";
+            url = malloc(strlen(scheme) + strlen(host) + 1);
+            if (!url) fail("out of memory");
+            strcpy(url, scheme);
+            strcat(url, host);
+            free(host);
+        }
         struct mqstate_connect_options *options = NULL;
         s = mqstate_connect_options_from_url(url, &options);
         free(url);
@@ -572,9 +586,9 @@ static bool execute(const char *op, const cJSON *step, outcome_t *out) {
         if (failed(mqstate_client_close(e->ptr))) return true;
     } else if (!strcmp(op, "set")) {
         bytes_t key = key_of(step, "key"), value = value_of(field(step, "value"));
-        mqstate_set_condition condition = bool_field(step, "nx")    ? MQSTATE_SET_NX
-                                          : bool_field(step, "nex") ? MQSTATE_SET_NEX
-                                                                    : MQSTATE_SET_ALWAYS;
+        mqstate_set_condition condition = MQSTATE_SET_ALWAYS;
+        if (bool_field(step, "nx")) condition |= MQSTATE_SET_NX;
+        if (bool_field(step, "nex")) condition |= MQSTATE_SET_NEX;
         uint64_t expiry_ms = field(step, "expiry_ms") ? u64_field(step, "expiry_ms") : 0;
         struct mqstate_version *version = NULL;
         s = mqstate_client_set(client_of(step), key.data, key.len, value.data, value.len, condition,

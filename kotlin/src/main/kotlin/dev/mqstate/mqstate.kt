@@ -722,6 +722,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_client_get(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_client_get_with_timeout(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_client_observe(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_client_requests_in_flight(
@@ -883,7 +885,9 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_mqstate_uniffi_fn_method_client_del(`ptr`: Long,`key`: RustBuffer.ByValue,`fencingToken`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_mqstate_uniffi_fn_method_client_get(`ptr`: Long,`key`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,
+    external fun uniffi_mqstate_uniffi_fn_method_client_get(`ptr`: Long,`key`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_mqstate_uniffi_fn_method_client_get_with_timeout(`ptr`: Long,`key`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_mqstate_uniffi_fn_method_client_observe(`ptr`: Long,`key`: RustBuffer.ByValue,`timeout`: RustBuffer.ByValue,
     ): Long
@@ -1210,7 +1214,10 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_client_del() and 0xFFFF) != 29670) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_method_client_get() and 0xFFFF) != 42198) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_client_get() and 0xFFFF) != 49829) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_client_get_with_timeout() and 0xFFFF) != 39268) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_client_observe() and 0xFFFF) != 49942) {
@@ -1219,7 +1226,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_client_requests_in_flight() and 0xFFFF) != 59227) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_method_client_set() and 0xFFFF) != 21160) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_client_set() and 0xFFFF) != 60377) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_client_state() and 0xFFFF) != 37083) {
@@ -2504,9 +2511,19 @@ public interface ClientInterface {
     suspend fun `del`(`key`: kotlin.ByteArray, `fencingToken`: Hlc? = null, `timeout`: java.time.Duration? = null): kotlin.UInt
     
     /**
-     * `GET key`: the value and its version, or null.
+     * `GET key`: the value and its version, or null, with the client's timeout.
+     *
+     * The hot call's shape is chosen for the JNA-based Kotlin binding, where every argument
+     * and optional costs native calls and allocations: the key and nothing else (no optional
+     * timeout; `get_with_timeout` takes one), one buffer for the result. The Kotlin
+     * `Client.get(key, timeout)` picks between the two (kotlin/README.md, "Benchmark").
      */
-    suspend fun `get`(`key`: kotlin.ByteArray, `timeout`: java.time.Duration? = null): Versioned?
+    suspend fun `get`(`key`: kotlin.ByteArray): Versioned?
+    
+    /**
+     * `GET key` with its own timeout instead of the client's.
+     */
+    suspend fun `getWithTimeout`(`key`: kotlin.ByteArray, `timeout`: java.time.Duration): Versioned?
     
     /**
      * Observes a key: returns once the server registered it (`KEYNOTIFY`). Read it with
@@ -2523,7 +2540,7 @@ public interface ClientInterface {
      * `SET key value [NX|NEX] [PX expiry]`, with `__ft` when a fencing token is given and
      * `aio-persistence: true` with `persist`.
      */
-    suspend fun `set`(`key`: kotlin.ByteArray, `value`: kotlin.ByteArray, `nx`: kotlin.Boolean = false, `nex`: kotlin.Boolean = false, `expiry`: java.time.Duration? = null, `fencingToken`: Hlc? = null, `persist`: kotlin.Boolean = false, `timeout`: java.time.Duration? = null): SetResult
+    suspend fun `set`(`key`: kotlin.ByteArray, `value`: kotlin.ByteArray, `nx`: kotlin.Boolean = false, `nex`: kotlin.Boolean = false, `expiry`: java.time.Duration? = null, `fencingToken`: Hlc? = null, `persist`: kotlin.Boolean = false, `timeout`: java.time.Duration? = null): SetOutcome
     
     /**
      * `connecting`, `connected`, `reconnecting` or `closed`.
@@ -2717,18 +2734,48 @@ open class Client: Disposable, AutoCloseable, ClientInterface
 
     
     /**
-     * `GET key`: the value and its version, or null.
+     * `GET key`: the value and its version, or null, with the client's timeout.
+     *
+     * The hot call's shape is chosen for the JNA-based Kotlin binding, where every argument
+     * and optional costs native calls and allocations: the key and nothing else (no optional
+     * timeout; `get_with_timeout` takes one), one buffer for the result. The Kotlin
+     * `Client.get(key, timeout)` picks between the two (kotlin/README.md, "Benchmark").
      */
     @Throws(MqstateException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `get`(`key`: kotlin.ByteArray, `timeout`: java.time.Duration?) : Versioned? {
+    override suspend fun `get`(`key`: kotlin.ByteArray) : Versioned? {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_mqstate_uniffi_fn_method_client_get(
                 uniffiHandle,
                 
         FfiConverterByteArray.lower(`key`),
-        FfiConverterOptionalDuration.lower(`timeout`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_mqstate_uniffi_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterOptionalTypeVersioned.lift(it) },
+        // Error FFI converter
+        MqstateException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * `GET key` with its own timeout instead of the client's.
+     */
+    @Throws(MqstateException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `getWithTimeout`(`key`: kotlin.ByteArray, `timeout`: java.time.Duration) : Versioned? {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_mqstate_uniffi_fn_method_client_get_with_timeout(
+                uniffiHandle,
+                
+        FfiConverterByteArray.lower(`key`),
+        FfiConverterDuration.lower(`timeout`),
             )
         },
         { future, callback, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_poll_rust_buffer(future, callback, continuation) },
@@ -2791,7 +2838,7 @@ open class Client: Disposable, AutoCloseable, ClientInterface
      */
     @Throws(MqstateException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `set`(`key`: kotlin.ByteArray, `value`: kotlin.ByteArray, `nx`: kotlin.Boolean, `nex`: kotlin.Boolean, `expiry`: java.time.Duration?, `fencingToken`: Hlc?, `persist`: kotlin.Boolean, `timeout`: java.time.Duration?) : SetResult {
+    override suspend fun `set`(`key`: kotlin.ByteArray, `value`: kotlin.ByteArray, `nx`: kotlin.Boolean, `nex`: kotlin.Boolean, `expiry`: java.time.Duration?, `fencingToken`: Hlc?, `persist`: kotlin.Boolean, `timeout`: java.time.Duration?) : SetOutcome {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_mqstate_uniffi_fn_method_client_set(
@@ -2811,7 +2858,7 @@ open class Client: Disposable, AutoCloseable, ClientInterface
         { future, continuation -> UniffiLib.ffi_mqstate_uniffi_rust_future_complete_rust_buffer(future, continuation) },
         { future -> UniffiLib.ffi_mqstate_uniffi_rust_future_free_rust_buffer(future) },
         // lift function
-        { FfiConverterTypeSetResult.lift(it) },
+        { FfiConverterTypeSetOutcome.lift(it) },
         // Error FFI converter
         MqstateException.ErrorHandler,
     )
@@ -7105,7 +7152,7 @@ public object FfiConverterTypeProperty: FfiConverterRustBuffer<Property> {
 /**
  * The outcome of a `set`.
  */
-data class SetResult (
+data class SetOutcome (
     /**
      * False when the `nx` / `nex` condition failed (nothing was written).
      */
@@ -7128,20 +7175,20 @@ data class SetResult (
 /**
  * @suppress
  */
-public object FfiConverterTypeSetResult: FfiConverterRustBuffer<SetResult> {
-    override fun read(buf: ByteBuffer): SetResult {
-        return SetResult(
+public object FfiConverterTypeSetOutcome: FfiConverterRustBuffer<SetOutcome> {
+    override fun read(buf: ByteBuffer): SetOutcome {
+        return SetOutcome(
             FfiConverterBoolean.read(buf),
             FfiConverterTypeHlc.read(buf),
         )
     }
 
-    override fun allocationSize(value: SetResult) = (
+    override fun allocationSize(value: SetOutcome) = (
             FfiConverterBoolean.allocationSize(value.`applied`) +
             FfiConverterTypeHlc.allocationSize(value.`version`)
     )
 
-    override fun write(value: SetResult, buf: ByteBuffer) {
+    override fun write(value: SetOutcome, buf: ByteBuffer) {
             FfiConverterBoolean.write(value.`applied`, buf)
             FfiConverterTypeHlc.write(value.`version`, buf)
     }

@@ -49,7 +49,7 @@ class ScenariosTest {
         val DIR = File(LocalServer.repo, "tests/scenarios")
         val LANGUAGES = setOf("rust", "c", "python", "node", "kotlin")
         val STEPS = mapOf(
-            "connect" to listOf("url", "connect_timeout_ms"),
+            "connect" to listOf("url", "host", "tls", "connect_timeout_ms"),
             "close" to listOf(),
             "set" to listOf("key", "value", "nx", "nex", "expiry_ms", "fencing_token", "save_version"),
             "get" to listOf("key"),
@@ -242,8 +242,14 @@ class ScenariosTest {
             when (op) {
                 "connect" -> {
                     val timeout = step["connect_timeout_ms"]?.jsonPrimitive?.long?.let { Duration.ofMillis(it) }
-                    clients[step["client"]?.jsonPrimitive?.content ?: "a"] =
-                        Client.connect(ConnectOptions(url = subst(str(step, "url")), connectTimeout = timeout))
+                    // A URL, or the settings field by field (merged by the core).
+                    val options = if (step["url"] != null) {
+                        ConnectOptions(url = subst(str(step, "url")), connectTimeout = timeout)
+                    } else {
+                        val tls = step["tls"]?.jsonPrimitive?.boolean == true
+                        ConnectOptions(host = str(step, "host"), tls = if (tls) TlsConfig() else null, connectTimeout = timeout)
+                    }
+                    clients[step["client"]?.jsonPrimitive?.content ?: "a"] = Client.connect(options)
                 }
                 "close" -> {
                     client(step).disconnect()

@@ -1,5 +1,17 @@
-//! `mqstate.testing.LocalServer`: the local state store (embedded broker + store) in-process,
-//! on the library's runtime, for users' test suites. And a test-only broker without a store.
+//! The test tooling of the native module, compiled with the `testing` cargo feature only (off
+//! in the released wheel: scripts/test-python builds with it, scripts/dist without). Nothing
+//! of the client depends on it; `mqstate/testing.py` reports its absence.
+//!
+//! - `LocalServer` (here): the local state store (embedded broker + store) in-process, on the
+//!   library's runtime; and `_SilentBroker`, a broker without a store.
+//! - `LocalIotHub` (`iothub`): the local IoT Hub in-process.
+//! - `_FaultProxy` (`fault_proxy`): the fault-injection proxy of every language's suite.
+//! - `_bench_rust_get`, `_bench_rust_blocking_get`, `_panicking_call` (`bench`): the benchmark's
+//!   Rust figures and the panic test hook.
+
+mod bench;
+mod fault_proxy;
+mod iothub;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
@@ -14,6 +26,18 @@ use mqstate_testing::SecuredFiles;
 
 use crate::errors;
 use crate::runtime::{runtime, wait};
+
+/// Adds the test classes and functions to the native module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<LocalServer>()?;
+    m.add_class::<SilentBroker>()?;
+    m.add_class::<iothub::LocalIotHub>()?;
+    m.add_class::<fault_proxy::FaultProxy>()?;
+    m.add_function(wrap_pyfunction!(bench::_bench_rust_get, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_bench_rust_blocking_get, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_panicking_call, m)?)?;
+    Ok(())
+}
 
 /// A local state store on 127.0.0.1 and a free port (or `port`), running in this process.
 #[pyclass(module = "mqstate.testing", name = "LocalServer", frozen)]
