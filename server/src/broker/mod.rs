@@ -4,7 +4,7 @@
 //! Configuration: in-memory storage with persistence on (sessions survive a reconnect, so a
 //! client connecting with clean start off gets "session present"), `$SYS` topics off, a
 //! configurable maximum packet size, anonymous access unless [`BrokerSecurity`] brings access
-//! control (which the admission gate of [`crate::broker::admission`] then wraps). Connects and
+//! control (which the admission gate of `admission` then wraps). Connects and
 //! disconnects are reported on a channel ([`BrokerEvent`]) so that the state store can drop the KEYNOTIFY
 //! registrations of clients that went away.
 //!
@@ -152,7 +152,7 @@ impl EmbeddedBroker {
 
     /// Like [`EmbeddedBroker::start`]; with `store_client_id`, every other client's CONNECT is
     /// held until the gate ([`EmbeddedBroker::admission_gate`]) opens, once the store has
-    /// subscribed (see [`crate::broker::admission`]).
+    /// subscribed (see `admission`).
     pub async fn start_gated(
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,

@@ -4,7 +4,7 @@
 //! It owns the [`Store`], the [`Registrations`] and the server's HLC, and applies every rule
 //! of docs/protocol.md: the service errors, the timestamp checks (section 4), the fencing algorithm
 //! (section 5), and notifications (section 6). It knows nothing of MQTT; the
-//! [`service`](crate::statestore::service) moves its inputs and outputs to and from the broker.
+//! `service` moves its inputs and outputs to and from the broker.
 //!
 //! The order of checks for a request: the payload (`syntax error`, `unknown command`, `wrong
 //! number of arguments`, `the key length is zero`), then `__ts` (`malformed timestamp`,
@@ -290,7 +290,7 @@ impl Handler {
 
     /// The answer to `GET key` from the store as it is now, without moving the clock or
     /// removing expired keys (a key past its deadline reads as absent). The
-    /// [`service`](crate::statestore::service) answers again the reads of a batch whose commit failed.
+    /// `service` answers again the reads of a batch whose commit failed.
     pub fn answer_get(&self, key: &[u8], now: Instant) -> Answer {
         match self
             .store

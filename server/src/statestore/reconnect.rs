@@ -13,7 +13,7 @@
 //!
 //! A takeover of the store's client id (another client connecting with it, which makes the
 //! broker close the store's connection) is a security event: it is logged at warn level and
-//! the store reconnects just as promptly (see [`crate::statestore::service`]).
+//! the store reconnects just as promptly (see the store's `service` module).
 //!
 //! ```
 //! use std::time::Duration;
