@@ -410,7 +410,7 @@ impl LocalServer {
                     None => config.bind,
                 };
                 if security.authenticates() {
-                    let password = crate::security::random_password()?;
+                    let password = crate::security::random_secret("the store's password")?;
                     let access = AccessControl::load(security, &password).await?;
                     let access = Arc::new(access);
                     access_control = Some(Arc::clone(&access));
@@ -460,7 +460,7 @@ impl LocalServer {
             Some(ip) if config.security.authenticates() || !ip.is_loopback() => {
                 let token = match &config.security.web_token_file {
                     Some(path) => crate::web::auth::token_from_file(path)?,
-                    None => crate::web::auth::random_token()?,
+                    None => crate::security::random_secret("the web access token")?,
                 };
                 Some(Arc::new(crate::web::auth::WebAuth::new(
                     token,

@@ -123,17 +123,16 @@ impl SecurityConfig {
     }
 }
 
-/// A random password for the store's own connection (32 bytes from the OS, base64).
-pub(crate) fn random_password() -> Result<String, ServerError> {
+/// A random secret, `what` it is for naming it in the error: 32 bytes from the OS, base64url
+/// (the store's own password, the web surfaces' access token and session ids).
+pub(crate) fn random_secret(what: &str) -> Result<String, ServerError> {
     use base64::Engine as _;
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
-        .map_err(|_| {
-            ServerError::Config("no randomness from the OS for the store's password".into())
-        })?;
-    Ok(base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes))
+        .map_err(|_| ServerError::Config(format!("no randomness from the OS for {what}")))?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 impl SecurityConfig {

@@ -35,6 +35,7 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::guard::refuse;
 use crate::error::ServerError;
 use crate::security::AccessControl;
 
@@ -71,16 +72,6 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-/// A random token: 32 bytes from the OS, base64url.
-pub fn random_token() -> Result<String, ServerError> {
-    use ring::rand::SecureRandom as _;
-    let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| ServerError::Config("no randomness from the OS for a web token".into()))?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
-}
-
 /// Reads the access token from `path` (its first line), or writes a new random one there
 /// (mode 0600) when the file does not exist.
 pub fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
@@ -99,7 +90,7 @@ pub fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
             Ok(token)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let token = random_token()?;
+            let token = crate::security::random_secret("the web access token")?;
             crate::security::write_private_file(path, format!("{token}\n").as_bytes())
                 .map_err(|e| ServerError::io(format!("web token file {}", path.display()), e))?;
             Ok(token)
@@ -149,7 +140,7 @@ impl WebAuth {
     }
 
     fn new_session(&self) -> Result<String, ServerError> {
-        let id = random_token()?;
+        let id = crate::security::random_secret("a web session")?;
         let now = Instant::now();
         let mut sessions = self.sessions();
         sessions.retain(|_, end| *end > now);
@@ -248,18 +239,18 @@ async fn check(
     if wants_page {
         return Redirect::to("/login").into_response();
     }
-    let body = serde_json::json!({
-        "errorCode": "Unauthorized",
-        "message": "credentials required: the access token printed by `mqstate serve` as \
-                    'Authorization: Bearer TOKEN', a user of the password file with HTTP \
-                    Basic, or a session from /login",
-    });
-    (
+    let mut response = refuse(
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer realm=\"mqstate\"")],
-        axum::Json(body),
-    )
-        .into_response()
+        "Unauthorized",
+        "credentials required: the access token printed by `mqstate serve` as 'Authorization: \
+         Bearer TOKEN', a user of the password file with HTTP Basic, or a session from /login"
+            .to_owned(),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"mqstate\""),
+    );
+    response
 }
 
 async fn login_page() -> Response {
@@ -293,11 +284,11 @@ async fn login(
     };
     if !accepted {
         tracing::warn!(%peer, "web login refused");
-        let body = serde_json::json!({
-            "errorCode": "Unauthorized",
-            "message": "wrong token, user or password",
-        });
-        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "wrong token, user or password".to_owned(),
+        );
     }
     let Ok(id) = auth.new_session() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();

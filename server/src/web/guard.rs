@@ -101,7 +101,8 @@ pub async fn serve(
     .await
 }
 
-fn refuse(status: StatusCode, code: &str, message: String) -> Response {
+/// The JSON error every web surface answers with: `{"errorCode": code, "message": message}`.
+pub(crate) fn refuse(status: StatusCode, code: &str, message: String) -> Response {
     let body = serde_json::json!({ "errorCode": code, "message": message });
     (status, axum::Json(body)).into_response()
 }
