@@ -9,8 +9,8 @@ use clap::{Args, Subcommand};
 use mqstate_server::iothub::client::AdminClient;
 use mqstate_server::iothub::http::SendRequest;
 use mqstate_server::iothub::{
-    Ack, DEFAULT_ADMIN_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME, DeviceSpec, DeviceTls,
-    IotHubConfig,
+    Ack, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
+    DEFAULT_HTTPS_PORT, DeviceSpec, DeviceTls, IotHubConfig,
 };
 
 /// Parses `2s`, `500ms`, `1h`, `1h 30m`...
@@ -28,7 +28,7 @@ pub struct ServeHubArgs {
     /// Host name devices use in their user name and SAS token.
     #[arg(long, value_name = "HOST", default_value = DEFAULT_HOSTNAME)]
     pub iothub_hostname: String,
-    /// Address of the device endpoint and the admin API.
+    /// Address of every endpoint of the hub (devices, admin API, HTTPS, AMQP).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub iothub_bind: IpAddr,
     /// Port of the MQTT 3.1.1 device endpoint (0: any free port).
@@ -37,17 +37,30 @@ pub struct ServeHubArgs {
     /// Port of the HTTP+JSON admin API (0: any free port).
     #[arg(long, value_name = "PORT", default_value_t = DEFAULT_ADMIN_PORT)]
     pub iothub_admin_port: u16,
+    /// Port of IoT Hub's REST registry API over HTTPS, for the official service SDKs (they
+    /// use 443: see docs/iothub.md, "Port 443"; 0: any free port).
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_HTTPS_PORT)]
+    pub iothub_https_port: u16,
+    /// Port of the AMQP 1.0 service endpoint over TLS, for the official service SDKs (0: any
+    /// free port).
+    #[arg(long, value_name = "PORT", default_value_t = DEFAULT_AMQP_PORT)]
+    pub iothub_amqp_port: u16,
+    /// The hub's shared access policies (JSON, see docs/iothub.md); default: kept in
+    /// --data-dir, or generated at start without one.
+    #[arg(long, value_name = "FILE")]
+    pub iothub_policies_file: Option<PathBuf>,
     /// TLS on the device endpoint with a self-signed certificate generated at start.
     #[arg(long, conflicts_with_all = ["iothub_tls_cert", "iothub_tls_key"])]
     pub iothub_tls: bool,
-    /// TLS on the device endpoint with this certificate chain (PEM; needs --iothub-tls-key).
+    /// TLS with this certificate chain, on the device endpoint too (PEM; needs
+    /// --iothub-tls-key). Without it, HTTPS and AMQP use a certificate generated at start.
     #[arg(long, value_name = "FILE", requires = "iothub_tls_key")]
     pub iothub_tls_cert: Option<PathBuf>,
     /// The private key of --iothub-tls-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "iothub_tls_cert")]
     pub iothub_tls_key: Option<PathBuf>,
-    /// With --iothub-tls, write the generated certificate here (the CA devices must trust).
-    #[arg(long, value_name = "FILE", requires = "iothub_tls")]
+    /// Write the generated certificate here (what devices and the service SDKs must trust).
+    #[arg(long, value_name = "FILE", conflicts_with = "iothub_tls_cert")]
     pub iothub_ca_out: Option<PathBuf>,
     /// Register a device at start: ID or ID:KEY (base64); repeatable.
     #[arg(long = "iothub-device", value_name = "ID[:KEY]", value_parser = parse_device_spec)]
@@ -113,6 +126,9 @@ impl ServeHubArgs {
             bind: self.iothub_bind,
             device_port: self.iothub_port,
             admin_port: Some(self.iothub_admin_port),
+            https_port: Some(self.iothub_https_port),
+            amqp_port: Some(self.iothub_amqp_port),
+            policies_file: self.iothub_policies_file.clone(),
             tls,
             devices: self.iothub_devices.clone(),
             device_files: self.iothub_device_files.clone(),
@@ -137,7 +153,8 @@ pub fn explain_start_error(error: &mqstate_server::ServerError) -> String {
     let text = error.to_string();
     if matches!(error, mqstate_server::ServerError::IotHub(_)) && text.contains("cannot listen") {
         format!(
-            "{text} (choose other ports with --iothub-port / --iothub-admin-port, or run without the hub: --no-iothub)"
+            "{text} (choose other ports with --iothub-port / --iothub-admin-port / \
+             --iothub-https-port / --iothub-amqp-port, or run without the hub: --no-iothub)"
         )
     } else {
         text
@@ -159,6 +176,17 @@ pub fn announce(hub: &mqstate_server::iothub::IotHub, args: &ServeHubArgs) -> Re
     if let Some(addr) = endpoints.admin_endpoint {
         tracing::info!("local IoT Hub: admin API on http://{addr}");
     }
+    if let Some(addr) = endpoints.https_endpoint {
+        tracing::info!("local IoT Hub: REST registry API on https://{addr}");
+    }
+    if let Some(addr) = endpoints.amqp_endpoint {
+        tracing::info!("local IoT Hub: AMQP service endpoint on amqps://{addr}");
+    }
+    tracing::info!(
+        "local IoT Hub: the service SDKs' connection string: `mqstate iothub connection-string \
+         [--policy NAME]` (policies: iothubowner, service, device, registryRead, \
+         registryReadWrite)"
+    );
     Ok(())
 }
 
@@ -207,6 +235,13 @@ pub enum IotHubCommand {
         /// With --once, how long to wait for a batch.
         #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
         wait: Duration,
+    },
+    /// Print the service connection string of a shared access policy (what back ends and the
+    /// official service SDKs connect with).
+    ConnectionString {
+        /// The policy: iothubowner, service, device, registryRead, registryReadWrite.
+        #[arg(long, default_value = "iothubowner")]
+        policy: String,
     },
     /// Print the device-to-cloud messages a device sent (one JSON object per line).
     Events {
@@ -345,6 +380,13 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
         IotHubCommand::Send(send) => {
             let request = send.request()?;
             print_json(&admin.send(&send.device, &request).await.map_err(e)?, true)
+        }
+        IotHubCommand::ConnectionString { policy } => {
+            println!(
+                "{}",
+                admin.service_connection_string(&policy).await.map_err(e)?
+            );
+            Ok(())
         }
         IotHubCommand::Queue { device } => {
             print_json(&admin.queue(&device).await.map_err(e)?, true)

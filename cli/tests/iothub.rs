@@ -59,6 +59,7 @@ async fn serve_and_the_iothub_commands() {
             .args(["serve", "--port", &broker, "--log", "warn"])
             .args(["--iothub-port", &devices.to_string()])
             .args(["--iothub-admin-port", &admin.to_string()])
+            .args(["--iothub-https-port", "0", "--iothub-amqp-port", "0"])
             .args([
                 "--iothub-device",
                 "dev1",
@@ -89,6 +90,21 @@ async fn serve_and_the_iothub_commands() {
         "{listed}"
     );
     assert!(listed.contains("\ndev2\t"), "{listed}");
+
+    // The service connection strings of the shared access policies (iothubowner by default).
+    let owner = ok(&url, &["connection-string"]);
+    assert!(
+        owner.starts_with("HostName=localhost;SharedAccessKeyName=iothubowner;SharedAccessKey="),
+        "{owner}"
+    );
+    for policy in ["service", "device", "registryRead", "registryReadWrite"] {
+        let text = ok(&url, &["connection-string", "--policy", policy]);
+        assert!(
+            text.contains(&format!(";SharedAccessKeyName={policy};SharedAccessKey=")),
+            "{text}"
+        );
+        assert_ne!(text, owner);
+    }
 
     let credentials = json(&ok(&url, &["device", "token", "dev2", "--ttl", "10m"]));
     let mut options = MqttOptions::new("dev2", "127.0.0.1", devices);
@@ -200,6 +216,10 @@ async fn serve_and_the_iothub_commands() {
             "at most 2 days",
         ),
         (vec!["device", "add", "dev1"], "already registered"),
+        (
+            vec!["connection-string", "--policy", "nobody"],
+            "no shared access policy named \"nobody\"",
+        ),
     ] {
         let out = mqstate(&url, &args);
         assert!(!out.status.success(), "{args:?}");
@@ -234,6 +254,7 @@ fn the_iothub_commands_need_the_token_when_serve_asks_for_credentials() {
                 "0",
             ])
             .args(["--iothub-admin-port", &admin.to_string()])
+            .args(["--iothub-https-port", "0", "--iothub-amqp-port", "0"])
             .arg("--password-file")
             .arg(&passwd)
             .arg("--web-token-file")

@@ -52,6 +52,7 @@ impl Serve {
             .args(["--port", &ports.broker.to_string()])
             .args(["--iothub-port", &ports.devices.to_string()])
             .args(["--iothub-admin-port", &ports.admin.to_string()])
+            .args(["--iothub-https-port", "0", "--iothub-amqp-port", "0"])
             .arg("--data-dir")
             .arg(dir)
             .args(extra)
@@ -191,9 +192,23 @@ async fn registry_keys_and_queued_messages_with_every_property_survive_sigkill()
         .unwrap();
     let queue_before = serve.admin.queue("given").await.unwrap();
     assert_eq!(queue_before.depth, 2);
+    let owner = serve
+        .admin
+        .service_connection_string("iothubowner")
+        .await
+        .unwrap();
     serve.kill9();
 
     let serve = Serve::start(tmp.path(), &ports, &[]).await;
+    // The shared access policies' keys are kept: back ends keep their connection strings.
+    assert_eq!(
+        serve
+            .admin
+            .service_connection_string("iothubowner")
+            .await
+            .unwrap(),
+        owner
+    );
     assert_eq!(serve.admin.device("gen").await.unwrap(), generated);
     assert_eq!(serve.admin.device("given").await.unwrap(), given);
     assert!(

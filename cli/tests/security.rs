@@ -72,6 +72,10 @@ fn the_iothub_admin_api_on_every_address_is_refused() {
         "0",
         "--iothub-admin-port",
         "0",
+        "--iothub-https-port",
+        "0",
+        "--iothub-amqp-port",
+        "0",
     ]);
     assert!(
         stderr.contains("refusing to run the local IoT Hub on 0.0.0.0"),
@@ -90,6 +94,10 @@ fn the_dashboard_alone_on_every_address_is_refused() {
         "--iothub-bind",
         "0.0.0.0",
         "--iothub-admin-port",
+        "0",
+        "--iothub-https-port",
+        "0",
+        "--iothub-amqp-port",
         "0",
     ]);
     assert!(

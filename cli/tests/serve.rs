@@ -140,6 +140,10 @@ async fn serve_embedded_answers_and_stops_on_ctrl_c() {
         "0",
         "--iothub-admin-port",
         "0",
+        "--iothub-https-port",
+        "0",
+        "--iothub-amqp-port",
+        "0",
     ]);
     set_and_get(port).await;
     let status = serve.interrupt();
@@ -161,6 +165,10 @@ async fn serve_attached_to_mosquitto() {
         "--iothub-port",
         "0",
         "--iothub-admin-port",
+        "0",
+        "--iothub-https-port",
+        "0",
+        "--iothub-amqp-port",
         "0",
     ]);
     set_and_get(mosquitto.port()).await;

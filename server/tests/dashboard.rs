@@ -763,3 +763,69 @@ async fn web_surfaces_beyond_loopback_ask_for_credentials() {
     client.close().await;
     open.shutdown().await;
 }
+
+/// docs/security.md, "The web surfaces": with credentials required, the admin API also takes
+/// a service SAS token of the hub's shared access policies, for the routes its rights cover
+/// only; it never opens the dashboard.
+#[tokio::test]
+async fn the_admin_api_takes_service_tokens_with_the_right_rights() {
+    use mqstate_server::iothub::policies::service_token;
+    use std::time::SystemTime;
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
+    let mut config = ServerConfig::default().with_iothub(IotHubConfig {
+        devices: vec![DeviceSpec::parse("dev1").unwrap()],
+        ..IotHubConfig::default()
+    });
+    config.security.password_file = Some(passwd);
+    let server = LocalServer::start_with(config).await.unwrap();
+    let hub = server.iothub().unwrap();
+    let admin = hub.endpoints().admin_endpoint.unwrap();
+    let in_an_hour = SystemTime::now() + Duration::from_secs(3600);
+    let token = |policy: &str| {
+        service_token("localhost", &hub.policy(policy).unwrap(), in_an_hour).unwrap()
+    };
+    let get = |token: String, path: &'static str| async move {
+        let (status, _, body) =
+            call_full(admin, Method::GET, path, &[("authorization", &token)], "").await;
+        (status, body)
+    };
+
+    // The service policy (ServiceConnect): messages, not the registry, not the dashboard.
+    let (status, body) = get(token("service"), "/devices/dev1/messages/devicebound").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = get(token("service"), "/devices").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("RegistryRead"), "{body}");
+    let (status, body) = get(token("iothubowner"), "/dashboard/api/keys?prefix=").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("does not give access"), "{body}");
+    // registryRead reads devices, cannot send or read connection strings.
+    let (status, body) = get(token("registryRead"), "/devices").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _) = get(token("registryRead"), "/devices/dev1/messages/devicebound").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = get(token("service"), "/policies/service/connection-string").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = get(token("iothubowner"), "/policies/service/connection-string").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("SharedAccessKeyName=service"), "{body}");
+    // A forged or expired token is refused, saying why.
+    let mut forged = hub.policy("iothubowner").unwrap();
+    forged.primary_key = hub.policy("service").unwrap().primary_key;
+    let forged = service_token("localhost", &forged, in_an_hour).unwrap();
+    let (status, body) = get(forged, "/devices").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("signature"), "{body}");
+    let expired = service_token(
+        "localhost",
+        &hub.policy("iothubowner").unwrap(),
+        SystemTime::now() - Duration::from_secs(1),
+    )
+    .unwrap();
+    let (status, body) = get(expired, "/devices").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("expired"), "{body}");
+    server.shutdown().await;
+}

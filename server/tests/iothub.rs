@@ -18,7 +18,7 @@ use mqstate_server::iothub::client::{AdminClient, AdminError};
 use mqstate_server::iothub::http::SendRequest;
 use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, DeviceTls, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackStatus,
-    IotHub, IotHubConfig, IotHubError, IotHubServer, MessageState, sas,
+    IotHub, IotHubConfig, IotHubError, IotHubServer, LockedMessage, MessageState, Settlement, sas,
 };
 use mqstate_server::{LocalServer, ServerConfig};
 use rumqttc::{
@@ -1059,5 +1059,423 @@ async fn a_silent_device_is_dropped_after_one_and_a_half_keep_alives() {
         started.elapsed() >= Duration::from_millis(1400),
         "closed before 1.5 keep-alives"
     );
+    server.shutdown().await;
+}
+
+// ----- lock-token deliveries (the AMQP and HTTPS devices' lifecycle) -----
+
+fn token_config(max_delivery_count: u32, lock_timeout: Duration) -> IotHubConfig {
+    IotHubConfig {
+        max_delivery_count,
+        lock_timeout,
+        feedback_batch_size: 1,
+        ..quick_config()
+    }
+}
+
+async fn take(hub: &IotHub, id: &str) -> LockedMessage {
+    hub.receive_locked(id, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("no Enqueued message")
+}
+
+#[tokio::test]
+async fn a_lock_token_completes_its_message() {
+    let (server, hub, _) = start(token_config(10, Duration::from_secs(60))).await;
+    assert!(
+        hub.receive_locked("dev1", Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "empty queue: nothing at once (HTTPS answers 204)"
+    );
+    let receipt = hub
+        .send(
+            "dev1",
+            C2dMessage::new("hi")
+                .message_id("t1")
+                .property("k", Some("v"))
+                .ack(Ack::Full),
+        )
+        .unwrap();
+    let m = take(&hub, "dev1").await;
+    assert_eq!(m.lock_token.len(), 36, "a GUID: {}", m.lock_token);
+    assert_eq!(m.device_id, "dev1");
+    assert_eq!(m.sequence_number, receipt.sequence_number);
+    assert_eq!(m.delivery_count, 1);
+    assert_eq!(m.message.payload, "hi");
+    assert_eq!(m.message.message_id.as_deref(), Some("t1"));
+    assert_eq!(m.message.properties, vec![("k".into(), Some("v".into()))]);
+    assert!(m.expiry_time > m.enqueued_time);
+    assert!(m.lock_until > SystemTime::now());
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.messages[0].state, MessageState::Invisible);
+    assert!(
+        hub.receive_locked("dev1", Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "a locked message is not handed out twice"
+    );
+
+    hub.settle("dev1", &m.lock_token, Settlement::Complete)
+        .unwrap();
+    hub.persisted().await.unwrap();
+    let batch = feedback(&hub).await;
+    assert_eq!(batch.records[0].status_code, FeedbackStatus::Success);
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.depth, 0);
+    assert_eq!(queue.finished[0].state, MessageState::Completed);
+    assert_eq!(
+        hub.receive_locked("nobody", Duration::ZERO)
+            .await
+            .unwrap_err(),
+        IotHubError::DeviceNotFound("nobody".into())
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rejected_message_is_dead_lettered_with_rejected_feedback() {
+    let (server, hub, _) = start(token_config(10, Duration::from_secs(60))).await;
+    hub.send(
+        "dev1",
+        C2dMessage::new("no").message_id("r1").ack(Ack::Negative),
+    )
+    .unwrap();
+    let m = take(&hub, "dev1").await;
+    hub.settle("dev1", &m.lock_token, Settlement::Reject)
+        .unwrap();
+    let batch = feedback(&hub).await;
+    assert_eq!(batch.records.len(), 1);
+    assert_eq!(batch.records[0].original_message_id.as_deref(), Some("r1"));
+    assert_eq!(batch.records[0].status_code, FeedbackStatus::Rejected);
+    assert_eq!(batch.records[0].description, "Message rejected");
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.depth, 0);
+    assert!(queue.messages.is_empty());
+    assert_eq!(queue.finished[0].state, MessageState::DeadLettered);
+    assert_eq!(
+        queue.finished[0].status_code,
+        Some(FeedbackStatus::Rejected)
+    );
+    // The admin API's view (and the dashboard's) says the same.
+    let json = serde_json::to_value(&queue).unwrap();
+    assert_eq!(json["finished"][0]["state"], "DeadLettered");
+    assert_eq!(json["finished"][0]["statusCode"], "Rejected");
+    assert!(
+        hub.receive_locked("dev1", Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_abandoned_message_is_delivered_again_with_its_delivery_counted() {
+    let (server, hub, _) = start(token_config(3, Duration::from_secs(60))).await;
+    hub.send(
+        "dev1",
+        C2dMessage::new("again").message_id("a1").ack(Ack::Full),
+    )
+    .unwrap();
+    let first = take(&hub, "dev1").await;
+    assert_eq!(first.delivery_count, 1);
+    hub.settle("dev1", &first.lock_token, Settlement::Abandon)
+        .unwrap();
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.messages[0].state, MessageState::Enqueued);
+    assert_eq!(queue.messages[0].delivery_count, 1);
+    let json = serde_json::to_value(&queue).unwrap();
+    assert_eq!(json["messages"][0]["deliveryCount"], 1);
+
+    let second = take(&hub, "dev1").await;
+    assert_eq!(second.delivery_count, 2);
+    assert_eq!(second.sequence_number, first.sequence_number);
+    assert_ne!(second.lock_token, first.lock_token);
+    // The first lock's token settles nothing any more.
+    assert!(matches!(
+        hub.settle("dev1", &first.lock_token, Settlement::Complete),
+        Err(IotHubError::MessageLockLost { .. })
+    ));
+    hub.settle("dev1", &second.lock_token, Settlement::Complete)
+        .unwrap();
+    let batch = feedback(&hub).await;
+    assert_eq!(batch.records[0].status_code, FeedbackStatus::Success);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn abandoning_past_the_max_delivery_count_dead_letters() {
+    let (server, hub, _) = start(token_config(2, Duration::from_secs(60))).await;
+    hub.send(
+        "dev1",
+        C2dMessage::new("loop").message_id("x1").ack(Ack::Negative),
+    )
+    .unwrap();
+    for expected in 1..=2 {
+        let m = take(&hub, "dev1").await;
+        assert_eq!(m.delivery_count, expected);
+        hub.settle("dev1", &m.lock_token, Settlement::Abandon)
+            .unwrap();
+    }
+    let batch = feedback(&hub).await;
+    assert_eq!(
+        batch.records[0].status_code,
+        FeedbackStatus::DeliveryCountExceeded
+    );
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.depth, 0);
+    assert_eq!(queue.finished[0].state, MessageState::DeadLettered);
+    assert_eq!(queue.finished[0].delivery_count, 2);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn stale_and_unknown_lock_tokens_are_refused() {
+    let (server, hub, _) = start(token_config(10, Duration::from_secs(60))).await;
+    hub.send("dev1", C2dMessage::new("x").message_id("s1"))
+        .unwrap();
+    let m = take(&hub, "dev1").await;
+    for token in ["", "not-a-token", "00000000-0000-4000-8000-000000000000"] {
+        let err = hub.settle("dev1", token, Settlement::Complete).unwrap_err();
+        assert_eq!(err.code(), "DeviceMessageLockLost", "{err}");
+    }
+    // Another device's token is not this device's.
+    hub.add_device(&DeviceSpec::parse("dev2").unwrap()).unwrap();
+    assert!(matches!(
+        hub.settle("dev2", &m.lock_token, Settlement::Complete),
+        Err(IotHubError::MessageLockLost { .. })
+    ));
+    hub.settle("dev1", &m.lock_token, Settlement::Reject)
+        .unwrap();
+    for settlement in [
+        Settlement::Complete,
+        Settlement::Reject,
+        Settlement::Abandon,
+    ] {
+        let err = hub.settle("dev1", &m.lock_token, settlement).unwrap_err();
+        assert_eq!(
+            err,
+            IotHubError::MessageLockLost {
+                device: "dev1".into(),
+                lock_token: m.lock_token.clone()
+            }
+        );
+    }
+    assert_eq!(
+        hub.settle("nobody", &m.lock_token, Settlement::Complete)
+            .unwrap_err(),
+        IotHubError::DeviceNotFound("nobody".into())
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lock_that_times_out_enqueues_the_message_again() {
+    let (server, hub, _) = start(token_config(10, Duration::from_secs(1))).await;
+    hub.send("dev1", C2dMessage::new("slow").message_id("l1"))
+        .unwrap();
+    let m = take(&hub, "dev1").await;
+    wait_until("the lock to time out", || {
+        hub.queue("dev1").unwrap().messages[0].state == MessageState::Enqueued
+    })
+    .await;
+    assert_eq!(hub.queue("dev1").unwrap().messages[0].delivery_count, 1);
+    assert!(matches!(
+        hub.settle("dev1", &m.lock_token, Settlement::Complete),
+        Err(IotHubError::MessageLockLost { .. })
+    ));
+    let again = take(&hub, "dev1").await;
+    assert_eq!(again.delivery_count, 2);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_waiting_receive_gets_messages_as_they_come() {
+    let (server, hub, _) = start(token_config(10, Duration::from_secs(1))).await;
+    // Push, as an AMQP link with credit: the receive waits for the send.
+    let waiting = tokio::spawn({
+        let hub = hub.clone();
+        async move { hub.receive_locked("dev1", SOON).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    hub.send("dev1", C2dMessage::new("pushed").message_id("p1"))
+        .unwrap();
+    let m = waiting.await.unwrap().unwrap().expect("no message came");
+    assert_eq!(m.message.message_id.as_deref(), Some("p1"));
+    // A lock that times out wakes a waiting receive too.
+    let again = hub.receive_locked("dev1", SOON).await.unwrap().unwrap();
+    assert_eq!(again.delivery_count, 2);
+    // A receive that gives up leaves nothing locked.
+    let short = hub
+        .receive_locked("dev1", Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(short.is_none());
+    // A cancelled receive takes nothing.
+    hub.settle("dev1", &again.lock_token, Settlement::Complete)
+        .unwrap();
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(100), hub.receive_locked("dev1", SOON)).await;
+    assert!(cancelled.is_err());
+    assert_eq!(hub.queue("dev1").unwrap().depth, 0);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn mqtt_and_lock_token_deliveries_share_the_queue() {
+    let (server, hub, addr) = start(token_config(10, Duration::from_secs(60))).await;
+    hub.send("dev1", C2dMessage::new("one").message_id("q1"))
+        .unwrap();
+    let m = take(&hub, "dev1").await;
+    let mut device = connect(&hub, addr, "dev1", true).await;
+    device.subscribe_c2d("dev1").await;
+    device.expect_nothing(Duration::from_millis(300)).await;
+    // Abandoned, it goes to the subscribed MQTT device at once.
+    hub.settle("dev1", &m.lock_token, Settlement::Abandon)
+        .unwrap();
+    let p = device.next().await;
+    assert!(p.topic.contains("%24.mid=q1"), "{}", p.topic);
+    device.client.ack(&p).await.unwrap();
+    wait_until("the PUBACK", || hub.queue("dev1").unwrap().depth == 0).await;
+    assert_eq!(
+        hub.queue("dev1").unwrap().finished[0].delivery_count,
+        2,
+        "both deliveries counted"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_abandons_and_locks_by_token_survive_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = || IotHubConfig {
+        data_dir: Some(tmp.path().to_owned()),
+        admin_port: None,
+        ..token_config(10, Duration::from_secs(60))
+    };
+    let (server, hub, _) = start(config()).await;
+    for id in ["rejected", "abandoned", "locked"] {
+        hub.send("dev1", C2dMessage::new(id).message_id(id))
+            .unwrap();
+    }
+    let rejected = take(&hub, "dev1").await;
+    let abandoned = take(&hub, "dev1").await;
+    let locked = take(&hub, "dev1").await;
+    hub.settle("dev1", &rejected.lock_token, Settlement::Reject)
+        .unwrap();
+    hub.settle("dev1", &abandoned.lock_token, Settlement::Abandon)
+        .unwrap();
+    hub.persisted().await.unwrap();
+    server.shutdown().await;
+
+    let (server, hub, _) = start(config()).await;
+    let queue = hub.queue("dev1").unwrap();
+    let state = |id: &str| {
+        queue
+            .messages
+            .iter()
+            .chain(&queue.finished)
+            .find(|m| m.message_id.as_deref() == Some(id))
+            .map(|m| (m.state, m.delivery_count, m.status_code))
+            .unwrap()
+    };
+    assert_eq!(
+        state("rejected"),
+        (
+            MessageState::DeadLettered,
+            1,
+            Some(FeedbackStatus::Rejected)
+        )
+    );
+    assert_eq!(state("abandoned"), (MessageState::Enqueued, 1, None));
+    // A lock held at the restart ends with it: Enqueued, its delivery counted; its token is
+    // gone.
+    assert_eq!(state("locked"), (MessageState::Enqueued, 1, None));
+    assert!(matches!(
+        hub.settle("dev1", &locked.lock_token, Settlement::Complete),
+        Err(IotHubError::MessageLockLost { .. })
+    ));
+    let next = take(&hub, "dev1").await;
+    assert_eq!(
+        (next.message.message_id.as_deref(), next.delivery_count),
+        (Some("abandoned"), 2)
+    );
+    server.shutdown().await;
+}
+
+// ----- requests the hub does not serve: answered, the connection kept -----
+
+#[tokio::test]
+async fn twin_requests_get_a_403_answer_and_the_connection_stays_open() {
+    let (server, hub, addr) = start(quick_config()).await;
+    let mut device = connect(&hub, addr, "dev1", true).await;
+    assert_eq!(
+        device.subscribe("$iothub/twin/res/#").await,
+        vec![SubscribeReasonCode::Success(QoS::AtLeastOnce)]
+    );
+    // The Node SDK asks at QoS 0, the Python SDK at QoS 1 (PUBACKed).
+    for (topic, qos, rid) in [
+        ("$iothub/twin/GET/?$rid=42", QoS::AtMostOnce, "42"),
+        (
+            "$iothub/twin/PATCH/properties/reported/?$rid=a%2Db&$version=3",
+            QoS::AtLeastOnce,
+            "a%2Db",
+        ),
+    ] {
+        device
+            .client
+            .publish(topic, qos, false, "{}")
+            .await
+            .unwrap();
+        let answer = device.next().await;
+        assert_eq!(answer.topic, format!("$iothub/twin/res/403/?$rid={rid}"));
+        let body: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+        assert_eq!(body["errorCode"], 403_010, "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("twins are not supported"),
+            "{body}"
+        );
+        assert!(body["trackingId"].is_string() && body["timestampUtc"].is_string());
+    }
+    // Still connected: C2D messages flow on the same connection.
+    device.subscribe_c2d("dev1").await;
+    hub.send("dev1", C2dMessage::new("after").message_id("t2"))
+        .unwrap();
+    let p = device.next().await;
+    assert!(p.topic.starts_with("devices/dev1/messages/devicebound/"));
+    assert!(device.closed.borrow().is_none());
+    assert_eq!(hub.devices()[0].connection_state, "Connected");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn method_subscriptions_are_refused_and_the_connection_stays_open() {
+    let (server, hub, addr) = start(quick_config()).await;
+    let mut device = connect(&hub, addr, "dev1", true).await;
+    assert_eq!(
+        device.subscribe("$iothub/methods/POST/#").await,
+        vec![SubscribeReasonCode::Failure]
+    );
+    // A twin request without the response subscription is not answered (nowhere to go),
+    // and does not close the connection either.
+    device
+        .client
+        .publish("$iothub/twin/GET/?$rid=1", QoS::AtMostOnce, false, "")
+        .await
+        .unwrap();
+    device.expect_nothing(Duration::from_millis(300)).await;
+    device.subscribe_c2d("dev1").await;
+    hub.send("dev1", C2dMessage::new("still").message_id("m2"))
+        .unwrap();
+    let p = device.next().await;
+    assert!(p.topic.contains("%24.mid=m2"));
+    assert!(device.closed.borrow().is_none());
     server.shutdown().await;
 }

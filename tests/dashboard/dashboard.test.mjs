@@ -62,6 +62,7 @@ async function request(payload) {
 before(async () => {
   mkdirSync(shots, { recursive: true });
   server = spawn(bin, ["serve", "--port", "0", "--iothub-port", "0", "--iothub-admin-port", "0",
+    "--iothub-https-port", "0", "--iothub-amqp-port", "0",
     "--dashboard-edit", "--iothub-device", "dev1", "--log", "info"], { stdio: ["ignore", "ignore", "pipe"] });
   server.stderr.setEncoding("utf8");
   server.stderr.on("data", (d) => { serverLog += d; });

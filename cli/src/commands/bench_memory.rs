@@ -90,6 +90,10 @@ fn start_server(exe: &PathBuf, port: u16, defaults: bool) -> Result<ServerChild,
             &free_port()?.to_string(),
             "--iothub-admin-port",
             &free_port()?.to_string(),
+            "--iothub-https-port",
+            "0",
+            "--iothub-amqp-port",
+            "0",
         ]);
     } else {
         command.args(["--no-dashboard", "--no-iothub"]);

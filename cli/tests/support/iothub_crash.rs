@@ -157,6 +157,7 @@ fn start(config: &CrashConfig, ports: &Ports) -> Child {
         .args(["--port", &ports.broker.to_string()])
         .args(["--iothub-port", &ports.devices.to_string()])
         .args(["--iothub-admin-port", &ports.admin.to_string()])
+        .args(["--iothub-https-port", "0", "--iothub-amqp-port", "0"])
         .args(["--iothub-max-queue-depth", "5000"])
         .args(["--iothub-feedback-interval", "200ms"])
         // A batch received but not completed before a kill stays locked after the restart

@@ -239,6 +239,19 @@ impl AdminClient {
         self.json(Method::GET, &path, None).await
     }
 
+    /// `GET /policies/{name}/connection-string`: the service connection string of a shared
+    /// access policy.
+    pub async fn service_connection_string(&self, policy: &str) -> Result<String, AdminError> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Reply {
+            connection_string: String,
+        }
+        let path = format!("/policies/{}/connection-string", encode_component(policy));
+        let reply: Reply = self.json(Method::GET, &path, None).await?;
+        Ok(reply.connection_string)
+    }
+
     /// `POST /devices/{id}/messages/devicebound`.
     pub async fn send(&self, id: &str, request: &SendRequest) -> Result<SendReceipt, AdminError> {
         let body = self.to_json(request)?;

@@ -14,6 +14,13 @@ use super::registry::DeviceSpec;
 pub const DEFAULT_DEVICE_PORT: u16 = 8883;
 /// Port of the HTTP+JSON admin API used by `mqstate serve`.
 pub const DEFAULT_ADMIN_PORT: u16 = 8880;
+/// Port of IoT Hub's REST API over HTTPS used by `mqstate serve`. IoT Hub and its SDKs use
+/// 443, which only root (or a process with `CAP_NET_BIND_SERVICE`) may bind, so the default is
+/// an unprivileged port; `--iothub-https-port 443` and docs/iothub.md ("Port 443") say how to
+/// serve the SDKs' port.
+pub const DEFAULT_HTTPS_PORT: u16 = 8443;
+/// Port of the AMQP 1.0 service endpoint (TLS) used by `mqstate serve`: IoT Hub's AMQPS port.
+pub const DEFAULT_AMQP_PORT: u16 = 5671;
 /// Host name devices put in their user name and SAS token resource by default.
 pub const DEFAULT_HOSTNAME: &str = "localhost";
 /// The longest TTL IoT Hub accepts (2 days), for messages and for feedback.
@@ -65,8 +72,17 @@ pub struct IotHubConfig {
     /// Port of the HTTP+JSON admin API (0: a free port); `None` runs no HTTP endpoint (the
     /// in-process API still works).
     pub admin_port: Option<u16>,
-    /// Plain TCP or TLS on the device endpoint.
+    /// Port of IoT Hub's REST registry API over HTTPS (0: a free port); `None` runs none.
+    pub https_port: Option<u16>,
+    /// Port of the AMQP 1.0 service endpoint over TLS (0: a free port); `None` runs none.
+    pub amqp_port: Option<u16>,
+    /// Plain TCP or TLS on the device endpoint. The HTTPS and AMQP endpoints always speak
+    /// TLS: with the files given here, else with a certificate generated at start (the same
+    /// one as the device endpoint's with [`DeviceTls::SelfSigned`]).
     pub tls: DeviceTls,
+    /// The shared access policies, from this JSON file (see [`crate::iothub::policies`]);
+    /// `None`: kept in the data dir, or generated at start without one.
+    pub policies_file: Option<PathBuf>,
     /// Devices registered at start.
     pub devices: Vec<DeviceSpec>,
     /// Files of devices (`ID[:KEY]` per line) registered at start.
@@ -117,7 +133,10 @@ impl Default for IotHubConfig {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             device_port: 0,
             admin_port: Some(0),
+            https_port: Some(0),
+            amqp_port: Some(0),
             tls: DeviceTls::None,
+            policies_file: None,
             devices: Vec::new(),
             device_files: Vec::new(),
             max_queue_depth: 50,
@@ -140,11 +159,14 @@ impl Default for IotHubConfig {
 }
 
 impl IotHubConfig {
-    /// The settings `mqstate serve` starts with: devices on port 8883, the admin API on 8880.
+    /// The settings `mqstate serve` starts with: devices on port 8883, the admin API on 8880,
+    /// the REST API on 8443 (HTTPS) and AMQP on 5671.
     pub fn serve_defaults() -> Self {
         IotHubConfig {
             device_port: DEFAULT_DEVICE_PORT,
             admin_port: Some(DEFAULT_ADMIN_PORT),
+            https_port: Some(DEFAULT_HTTPS_PORT),
+            amqp_port: Some(DEFAULT_AMQP_PORT),
             ..IotHubConfig::default()
         }
     }

@@ -19,6 +19,59 @@ use super::properties;
 /// Room for the topic and headers around the largest body.
 const PACKET_OVERHEAD: usize = 64 * 1024;
 
+/// The topic filter twin responses come on: granted (the hub answers twin requests on it, if
+/// only to refuse them) so that the SDKs see the answer instead of waiting for it.
+const TWIN_RESPONSES: &str = "$iothub/twin/res/#";
+
+/// The status of a twin request's answer: IoT Hub's for an operation the hub does not offer
+/// (error code 403010, "not valid for the current IoT Hub tier", as a Basic tier hub answers
+/// twin requests). A 4xx other than 429 is what every SDK turns into an error at once:
+/// Python's raises `ServiceError` for any status >= 300, Node's calls back with an `Error`
+/// built from the body's `errorCode` and `message`, and azure-sdk-for-c retries only 429 and
+/// 500 (`az_iot_status_retriable`).
+const TWIN_REFUSED_STATUS: u16 = 403;
+const TWIN_REFUSED_CODE: u32 = 403_010;
+
+/// A twin request a device published: `$iothub/twin/GET/?$rid={rid}` or
+/// `$iothub/twin/PATCH/properties/reported/?$rid={rid}`; returns what it asks and its request
+/// id (as written in the topic, so it is echoed byte for byte). `None` for another topic, or
+/// a request without a usable `$rid` (nothing to answer it with: closed as before).
+fn twin_request(topic: &str) -> Option<(&'static str, &str)> {
+    let rest = topic.strip_prefix("$iothub/twin/")?;
+    let (what, query) = if let Some(q) = rest.strip_prefix("GET/?") {
+        ("get the twin", q)
+    } else if let Some(q) = rest.strip_prefix("PATCH/properties/reported/?") {
+        ("update reported properties", q)
+    } else {
+        return None;
+    };
+    let rid = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("$rid="))
+        // Echoed into a topic name: no wildcard, level separator or NUL may come back in it.
+        .filter(|rid| !rid.is_empty() && !rid.contains(['#', '+', '/', '\0']))?;
+    Some((what, rid))
+}
+
+/// The answer to a twin request: IoT Hub's error body (`errorCode`, `trackingId`, `message`,
+/// `info`, `timestampUtc`) on `$iothub/twin/res/403/?$rid={rid}`.
+fn twin_refusal(what: &str, rid: &str) -> Publish {
+    let body = serde_json::json!({
+        "errorCode": TWIN_REFUSED_CODE,
+        "trackingId": super::queue::new_guid(),
+        "message": format!(
+            "device twins are not supported by this local IoT Hub (mqstate serves cloud-to-device messages and telemetry): cannot {what}"
+        ),
+        "info": {},
+        "timestampUtc": super::message::format_time(SystemTime::now()),
+    });
+    Publish::new(
+        format!("$iothub/twin/res/{TWIN_REFUSED_STATUS}/?$rid={rid}"),
+        QoS::AtMostOnce,
+        body.to_string(),
+    )
+}
+
 /// Accepts device connections until `stop` fires.
 pub(crate) async fn run(
     hub: IotHub,
@@ -183,6 +236,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         tokio::pin!(token_expiry);
         let devicebound = format!("devices/{device_id}/messages/devicebound/");
         let events = format!("devices/{device_id}/messages/events/");
+        // Whether the device subscribed to twin responses (only then are they sent).
+        let mut twin_responses = false;
         // Only packets from the device count as signs of life, not deliveries to it.
         let mut last_heard = tokio::time::Instant::now();
         loop {
@@ -212,9 +267,15 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                                     };
                                     granted = Some(subscription);
                                     codes.push(SubscribeReasonCode::Success(qos));
+                                } else if filter.path == TWIN_RESPONSES {
+                                    twin_responses = true;
+                                    let qos = if filter.qos == QoS::AtMostOnce { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                                    codes.push(SubscribeReasonCode::Success(qos));
                                 } else {
+                                    // Direct methods, desired property updates...: refused in the
+                                    // SUBACK, the connection kept (the device may go on with C2D).
                                     tracing::info!(device = %device_id, filter = %filter.path,
-                                        "iothub: subscription refused (only {devicebound}# is served)");
+                                        "iothub: subscription refused (only {devicebound}# and {TWIN_RESPONSES} are served: no direct methods, no twin updates)");
                                     codes.push(SubscribeReasonCode::Failure);
                                 }
                             }
@@ -227,11 +288,30 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                             if unsub.topics.iter().any(|t| t == &format!("{devicebound}#")) {
                                 hub.unsubscribed(&device_id, connection);
                             }
+                            if unsub.topics.iter().any(|t| t == TWIN_RESPONSES) {
+                                twin_responses = false;
+                            }
                             conn.send(Packet::UnsubAck(UnsubAck::new(unsub.pkid))).await?;
                         }
                         Packet::Publish(publish) => {
                             if publish.qos == QoS::ExactlyOnce {
                                 return Err("QoS 2 is not supported by IoT Hub: connection closed".to_owned());
+                            }
+                            if let Some((what, rid)) = twin_request(&publish.topic) {
+                                // Answered, not a reason to close: a device SDK whose request
+                                // closes the connection reconnects and asks again, in a loop.
+                                if publish.qos == QoS::AtLeastOnce {
+                                    conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
+                                }
+                                if twin_responses {
+                                    tracing::info!(device = %device_id, rid, status = TWIN_REFUSED_STATUS,
+                                        "iothub: twin request refused: device twins are not supported (cannot {what})");
+                                    conn.send(Packet::Publish(twin_refusal(what, rid))).await?;
+                                } else {
+                                    tracing::info!(device = %device_id, rid,
+                                        "iothub: twin request ignored: not subscribed to {TWIN_RESPONSES}, where its refusal would go");
+                                }
+                                continue;
                             }
                             let Some(bag) = publish.topic.strip_prefix(&events) else {
                                 return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
@@ -288,4 +368,32 @@ pub(crate) async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, Stri
     TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen for devices on {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twin_requests_are_recognised_with_their_request_id() {
+        assert_eq!(
+            twin_request("$iothub/twin/GET/?$rid=42"),
+            Some(("get the twin", "42"))
+        );
+        assert_eq!(
+            twin_request("$iothub/twin/PATCH/properties/reported/?$version=2&$rid=a%2D1"),
+            Some(("update reported properties", "a%2D1"))
+        );
+        for other in [
+            "$iothub/twin/GET/",
+            "$iothub/twin/GET/?$rid=",
+            "$iothub/twin/GET/?$rid=a/b",
+            "$iothub/twin/GET/?$rid=#",
+            "$iothub/twin/PATCH/properties/desired/?$rid=1",
+            "$iothub/methods/res/200/?$rid=1",
+            "devices/d/messages/events/",
+        ] {
+            assert_eq!(twin_request(other), None, "{other}");
+        }
+    }
 }

@@ -30,9 +30,30 @@ pub enum IotHubError {
     /// A malformed argument: a device id, a key, a property name, a TTL, an ack mode...
     #[error("{0}")]
     InvalidArgument(String),
+    /// A change conditioned on an ETag (`If-Match`) that is no longer the device's: someone
+    /// changed it since it was read. Read it again, then retry.
+    #[error("the ETag given (If-Match) is not the current ETag of device {0:?}; read it again")]
+    PreconditionFailed(String),
     /// A feedback lock token that is unknown or whose lock has expired.
     #[error("feedback lock token {0:?} is unknown or its lock has expired")]
     FeedbackLockLost(String),
+    /// A cloud-to-device lock token (AMQP delivery tag, HTTPS `ETag`) that does not lock a
+    /// message of this device any more: unknown, already settled, or its lock timed out (the
+    /// message is Enqueued again, or dead-lettered). Settle within the lock timeout.
+    #[error(
+        "lock token {lock_token:?} locks no message of device {device:?}: unknown, already settled, or its lock timed out"
+    )]
+    MessageLockLost {
+        /// The device.
+        device: String,
+        /// The lock token given.
+        lock_token: String,
+    },
+    /// A service request without valid credentials: no token, a malformed or expired one, an
+    /// unknown shared access policy, a wrong key, or a policy without the right the request
+    /// needs. The message says which.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     /// An invalid hub setting.
     #[error("invalid IoT Hub configuration: {0}")]
     Config(String),
@@ -66,6 +87,9 @@ impl IotHubError {
             IotHubError::PayloadTooLarge { .. } => "MessageTooLarge",
             IotHubError::InvalidArgument(_) => "ArgumentInvalid",
             IotHubError::FeedbackLockLost(_) => "FeedbackLockLost",
+            IotHubError::MessageLockLost { .. } => "DeviceMessageLockLost",
+            IotHubError::PreconditionFailed(_) => "PreconditionFailed",
+            IotHubError::Unauthorized(_) => "IotHubUnauthorizedAccess",
             IotHubError::Config(_) => "InvalidConfiguration",
             IotHubError::Io(_) => "IoError",
             IotHubError::DataDir(_) => "DataDirError",

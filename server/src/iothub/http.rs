@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::error::IotHubError;
 use super::hub::IotHub;
 use super::message::{Ack, C2dMessage, Expiry, format_time};
+use super::policies::Right;
 use super::registry::DeviceSpec;
 
 /// The longest a request may wait for feedback or telemetry (`waitSecs`).
@@ -169,6 +170,8 @@ impl IntoResponse for ApiError {
             IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
             IotHubError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IotHubError::FeedbackLockLost(_) => StatusCode::PRECONDITION_FAILED,
+            IotHubError::MessageLockLost { .. } => StatusCode::PRECONDITION_FAILED,
+            IotHubError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             IotHubError::Io(_) | IotHubError::DataDir(_) => StatusCode::INTERNAL_SERVER_ERROR,
             IotHubError::NotPersisted(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
@@ -216,6 +219,10 @@ pub fn router(hub: IotHub) -> Router {
         )
         .route("/devices/{id}/token", get(device_token))
         .route(
+            "/policies/{name}/connection-string",
+            get(service_connection_string),
+        )
+        .route(
             "/devices/{id}/messages/devicebound",
             get(queue).post(send).delete(purge),
         )
@@ -239,6 +246,57 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         "message": format!("no route {}; see docs/iothub.md", uri.path()),
     });
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+/// The right a service SAS token needs for a route of this API: the registry rights for
+/// devices, ServiceConnect for messages and feedback, every right for the policies'
+/// connection strings (they hold keys). `None` for paths that are not this API's (the
+/// dashboard is not opened by a hub token).
+fn right_for(method: &axum::http::Method, path: &str) -> Option<&'static [Right]> {
+    use Right::*;
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let reading = method == axum::http::Method::GET;
+    Some(match segments.as_slice() {
+        ["hub"] | ["devices"] => &[RegistryRead],
+        ["devices", _] | ["devices", _, "token"] if reading => &[RegistryRead],
+        ["devices", _] => &[RegistryWrite],
+        ["devices", _, "messages", ..] | ["messages", "servicebound", "feedback", ..] => {
+            &[ServiceConnect]
+        }
+        ["policies", _, "connection-string"] => &[RegistryWrite, ServiceConnect, DeviceConnect],
+        _ => return None,
+    })
+}
+
+/// The admin API's check of service SAS tokens, for [`crate::web::auth::WebAuth`]: a token
+/// of one of the hub's policies, with the rights the route needs ([`right_for`]).
+pub fn service_token_check(hub: IotHub) -> crate::web::auth::ServiceTokenCheck {
+    Box::new(move |method, path, token| {
+        let Some(rights) = right_for(method, path) else {
+            return Err(format!(
+                "a service SAS token does not give access to {path}; use the access token"
+            ));
+        };
+        let grant = hub.authenticate_service(token).map_err(|e| e.to_string())?;
+        rights
+            .iter()
+            .try_for_each(|r| grant.require(*r))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// `GET /policies/{name}/connection-string`: the service connection string of a shared
+/// access policy (`mqstate iothub connection-string`).
+async fn service_connection_string(
+    State(hub): State<IotHub>,
+    Path(name): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let policy = hub.policy(&name)?;
+    Ok(axum::Json(serde_json::json!({
+        "keyName": policy.key_name,
+        "rights": policy.rights,
+        "connectionString": hub.service_connection_string(&name)?,
+    })))
 }
 
 async fn hub_info(State(hub): State<IotHub>) -> impl IntoResponse {

@@ -21,9 +21,10 @@ use super::message::{
     C2dMessage, FeedbackBatch, FeedbackRecord, QueueInfo, SendReceipt, TelemetryMessage,
     format_time,
 };
+use super::policies::{self, Policies, ServiceGrant, SharedAccessPolicy};
 use super::properties::Property;
-use super::queue::{self, DeviceQueue, Now, Outcome};
-use super::registry::{Device, DeviceSpec};
+use super::queue::{self, DeviceQueue, LockedMessage, Now, Outcome, Settlement};
+use super::registry::{Device, DeviceSpec, DeviceStatus, DeviceUpdate, Identity, new_etag};
 use super::sas;
 
 /// What the hub tells a connection task.
@@ -70,6 +71,22 @@ struct DeviceState {
     session: Option<Subscription>,
     connection: Option<Connection>,
     telemetry: VecDeque<TelemetryMessage>,
+    /// When it last connected or disconnected, and last connected or sent something (IoT
+    /// Hub's `connectionStateUpdatedTime` and `lastActivityTime`; not kept across restarts).
+    connection_changed: Option<SystemTime>,
+    last_activity: Option<SystemTime>,
+}
+
+impl DeviceState {
+    fn identity(&self) -> Identity {
+        Identity {
+            device: self.device.clone(),
+            connected: self.connection.is_some(),
+            connection_state_updated: self.connection_changed,
+            last_activity: self.last_activity,
+            queue_depth: self.queue.depth(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -118,6 +135,12 @@ pub struct HubEndpoints {
     pub tls: bool,
     /// The HTTP admin API.
     pub admin_endpoint: Option<SocketAddr>,
+    /// IoT Hub's REST API over HTTPS (the service SDKs' registry).
+    #[serde(default)]
+    pub https_endpoint: Option<SocketAddr>,
+    /// The AMQP 1.0 service endpoint over TLS (the service SDKs' messaging).
+    #[serde(default)]
+    pub amqp_endpoint: Option<SocketAddr>,
 }
 
 /// A device as listed by [`IotHub::devices`].
@@ -168,8 +191,12 @@ struct Inner {
     feedback_ready: Notify,
     /// Wakes telemetry readers.
     telemetry_ready: Notify,
+    /// Wakes lock-token receivers ([`IotHub::receive_locked`]): a message may be Enqueued.
+    devicebound_ready: Notify,
     endpoints: Mutex<HubEndpoints>,
     ca_pem: Mutex<Option<String>>,
+    /// The shared access policies back ends authenticate with.
+    policies: Policies,
     /// With a data dir.
     durable: Option<Durable>,
 }
@@ -247,6 +274,7 @@ impl IotHub {
             journal: Vec::new(),
             taken: 0,
         };
+        let policies = Policies::load(config.policies_file.as_deref(), config.data_dir.as_deref())?;
         let durable = match &config.data_dir {
             Some(dir) => {
                 let (file, loaded) = HubFile::open(dir)?;
@@ -272,8 +300,10 @@ impl IotHub {
                 timer: Notify::new(),
                 feedback_ready: Notify::new(),
                 telemetry_ready: Notify::new(),
+                devicebound_ready: Notify::new(),
                 endpoints: Mutex::new(HubEndpoints::default()),
                 ca_pem: Mutex::new(None),
+                policies,
                 durable,
             }),
         };
@@ -332,8 +362,12 @@ impl IotHub {
                 d.device.secondary_key = configured.secondary_key;
                 changed = true;
             }
-            if changed && track {
-                state.journal.push(Key::Device(spec.id.clone()));
+            if changed {
+                // A changed identity gets a new ETag, as every registry change does.
+                d.device.etag = new_etag();
+                if track {
+                    state.journal.push(Key::Device(spec.id.clone()));
+                }
             }
             return Ok(());
         }
@@ -354,6 +388,60 @@ impl IotHub {
     /// Where the hub listens.
     pub fn endpoints(&self) -> HubEndpoints {
         relock(&self.inner.endpoints).clone()
+    }
+
+    /// Checks a service token (`SharedAccessSignature sr={host}&sig=...&se=...&skn={policy}`)
+    /// against the hub's shared access policies; the grant says what it may do
+    /// ([`ServiceGrant::require`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, SystemTime};
+    /// use mqstate_server::iothub::policies::{service_token, Right};
+    /// use mqstate_server::iothub::{IotHubConfig, IotHubServer};
+    ///
+    /// let server = IotHubServer::start(IotHubConfig::default()).await?;
+    /// let hub = server.hub();
+    /// let service = hub.policy("service")?;
+    /// let token = service_token("localhost", &service, SystemTime::now() + Duration::from_secs(60))?;
+    /// hub.authenticate_service(&token)?.require(Right::ServiceConnect)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn authenticate_service(&self, token: &str) -> Result<ServiceGrant, IotHubError> {
+        self.inner
+            .policies
+            .authenticate(token, &self.inner.config.hostname, SystemTime::now())
+    }
+
+    /// The shared access policy named `name`, with its keys.
+    pub fn policy(&self, name: &str) -> Result<SharedAccessPolicy, IotHubError> {
+        self.inner.policies.get(name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = self
+                .inner
+                .policies
+                .iter()
+                .map(|p| p.key_name.as_str())
+                .collect();
+            IotHubError::invalid(format!(
+                "no shared access policy named {name:?}; the hub has {}",
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// The shared access policies, with their keys.
+    pub fn policies(&self) -> Vec<SharedAccessPolicy> {
+        self.inner.policies.iter().cloned().collect()
+    }
+
+    /// The service connection string of policy `name`
+    /// (`HostName=...;SharedAccessKeyName=...;SharedAccessKey=...`), what back ends and the
+    /// official service SDKs connect with.
+    pub fn service_connection_string(&self, name: &str) -> Result<String, IotHubError> {
+        Ok(policies::connection_string(
+            &self.inner.config.hostname,
+            &self.policy(name)?,
+        ))
     }
 
     /// The PEM certificate of a self-signed device endpoint (what devices must trust).
@@ -391,7 +479,71 @@ impl IotHub {
 
     /// Registers a device; its keys are generated when the spec has none.
     pub fn add_device(&self, spec: &DeviceSpec) -> Result<Device, IotHubError> {
-        let device = Device::create(spec)?;
+        self.register(Device::create(spec)?)
+    }
+
+    /// Registers a device as IoT Hub's REST registry API creates one (`PUT /devices/{id}`
+    /// without `If-Match`): keys generated when absent, status and capabilities as given.
+    pub fn create_device(&self, id: &str, update: &DeviceUpdate) -> Result<Device, IotHubError> {
+        self.register(Device::create_with(id, update)?)
+    }
+
+    /// Replaces what a back end sets on a device (keys not given are kept) if `if_match` is
+    /// absent, `*` or its current ETag (else [`IotHubError::PreconditionFailed`]); it gets a
+    /// new ETag. Disabling a device closes its connection, as on IoT Hub.
+    pub fn update_device(
+        &self,
+        id: &str,
+        update: &DeviceUpdate,
+        if_match: Option<&str>,
+    ) -> Result<Device, IotHubError> {
+        let mut state = self.state();
+        let track = state.track;
+        let d = state
+            .devices
+            .get_mut(id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(id.to_owned()))?;
+        if !d.device.etag_matches(if_match) {
+            return Err(IotHubError::PreconditionFailed(id.to_owned()));
+        }
+        let device = d.device.updated(update)?;
+        d.device = device.clone();
+        if device.status == DeviceStatus::Disabled
+            && let Some(c) = &d.connection
+        {
+            let _ =
+                c.tx.send(ToConnection::Close("the device was disabled".into()));
+        }
+        if track {
+            state.journal.push(Key::Device(id.to_owned()));
+        }
+        drop(state);
+        self.changed();
+        tracing::info!(device = %id, status = device.status.as_str(), "iothub: device updated");
+        Ok(device)
+    }
+
+    /// A device with its connection state, activity times and queue depth.
+    pub(crate) fn identity(&self, id: &str) -> Result<Identity, IotHubError> {
+        self.state()
+            .devices
+            .get(id)
+            .map(DeviceState::identity)
+            .ok_or_else(|| IotHubError::DeviceNotFound(id.to_owned()))
+    }
+
+    /// The first `top` devices (by id), as [`IotHub::identity`].
+    pub(crate) fn identities(&self, top: usize) -> Vec<Identity> {
+        self.state()
+            .devices
+            .values()
+            .take(top)
+            .map(DeviceState::identity)
+            .collect()
+    }
+
+    /// Inserts a new device; refused if its id is taken.
+    fn register(&self, device: Device) -> Result<Device, IotHubError> {
         let mut state = self.state();
         if state.devices.contains_key(&device.device_id) {
             return Err(IotHubError::DeviceAlreadyExists(device.device_id));
@@ -405,6 +557,8 @@ impl IotHub {
                 session: None,
                 connection: None,
                 telemetry: VecDeque::new(),
+                connection_changed: None,
+                last_activity: None,
             },
         );
         if track {
@@ -419,7 +573,18 @@ impl IotHub {
     /// Deletes a device: its queue, its telemetry and its pending feedback go with it, and its
     /// connection is closed.
     pub fn remove_device(&self, id: &str) -> Result<(), IotHubError> {
+        self.delete_device(id, None)
+    }
+
+    /// [`IotHub::remove_device`] if `if_match` is absent, `*` or the device's current ETag
+    /// (else [`IotHubError::PreconditionFailed`], nothing deleted).
+    pub fn delete_device(&self, id: &str, if_match: Option<&str>) -> Result<(), IotHubError> {
         let mut state = self.state();
+        if let Some(d) = state.devices.get(id)
+            && !d.device.etag_matches(if_match)
+        {
+            return Err(IotHubError::PreconditionFailed(id.to_owned()));
+        }
         let removed = state
             .devices
             .remove(id)
@@ -606,6 +771,9 @@ impl IotHub {
     /// Locks and sends every Enqueued message of the device if it is connected and subscribed
     /// (and, with a QoS 0 subscription, completes it at once: there will be no PUBACK).
     fn pump(&self, state: &mut State, device_id: &str, now: Now) {
+        // Called wherever a message may have become Enqueued (send, lock end, abandon): the
+        // lock-token receivers (AMQP links, HTTPS long polls) look too.
+        self.inner.devicebound_ready.notify_waiters();
         // The deliveries wait for the commit that holds their locks and counts.
         let after = if self.inner.durable.is_some() {
             state.taken + 1
@@ -649,6 +817,121 @@ impl IotHub {
             let generation = device.device.generation_id.clone();
             self.record_outcomes(state, device_id, &generation, outcomes, now);
         }
+    }
+
+    // ----- cloud-to-device by lock token (AMQP, HTTPS devices) -----
+
+    /// Takes the device's oldest Enqueued message for a transport that settles by lock token
+    /// (AMQP receiver links, HTTPS `GET .../messages/deviceBound`): locks it for the lock
+    /// timeout under a new lock token and counts the delivery. Waits up to `wait` for one
+    /// (`Duration::ZERO`: answer at once, as HTTPS does with 204); `Ok(None)` when none came.
+    ///
+    /// It returns once the lock and the delivery count are on disk (with a data dir), as an
+    /// MQTT delivery waits for them, so a crash can never deliver a message twice uncounted.
+    /// Cancel-safe: dropping the future before it returns leaves the queue as it was (a message
+    /// taken but not yet handed out is put back uncounted), so an AMQP link may `select!` on
+    /// it while it has credit (push) and an HTTPS handler may call it once (pull).
+    pub async fn receive_locked(
+        &self,
+        device_id: &str,
+        wait: Duration,
+    ) -> Result<Option<LockedMessage>, IotHubError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.inner.devicebound_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let taken = {
+                let now = Now::current();
+                let mut state = self.state();
+                let device = state
+                    .devices
+                    .get_mut(device_id)
+                    .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+                device.last_activity = Some(now.utc);
+                device
+                    .queue
+                    .deliver_locked(device_id, now, self.inner.config.lock_timeout)
+            };
+            if let Some(message) = taken {
+                self.changed();
+                let mut guard = Unhanded {
+                    hub: self,
+                    device_id,
+                    lock_token: Some(message.lock_token.clone()),
+                };
+                self.persisted().await?;
+                guard.lock_token = None;
+                return Ok(Some(message));
+            }
+            // A notification missed between two looks would cost at most a second.
+            let cap = tokio::time::Instant::now() + Duration::from_secs(1);
+            let until = deadline.min(cap);
+            if until <= tokio::time::Instant::now() {
+                return Ok(None);
+            }
+            let _ = tokio::time::timeout_at(until, notified).await;
+            if tokio::time::Instant::now() >= deadline {
+                // One last look: a message may have come with the deadline.
+                if !self.has_enqueued(device_id)? {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    fn has_enqueued(&self, device_id: &str) -> Result<bool, IotHubError> {
+        let state = self.state();
+        let device = state
+            .devices
+            .get(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        Ok(device.queue.has_enqueued(Now::current()))
+    }
+
+    /// Settles a message received with [`IotHub::receive_locked`]: complete, reject
+    /// (dead-lettered, `Rejected` feedback when the ack mode asks for negative feedback) or
+    /// abandon (Enqueued again at once, its delivery counted toward the max delivery count).
+    /// [`IotHubError::MessageLockLost`] (HTTP 412, `DeviceMessageLockLost`) when the token
+    /// locks no message of the device: unknown, already settled, or its lock timed out.
+    /// The change is in memory when this returns; await [`IotHub::persisted`] before
+    /// acknowledging it to the device.
+    pub fn settle(
+        &self,
+        device_id: &str,
+        lock_token: &str,
+        settlement: Settlement,
+    ) -> Result<(), IotHubError> {
+        let now = Now::current();
+        let mut state = self.state();
+        let device = state
+            .devices
+            .get_mut(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        device.last_activity = Some(now.utc);
+        let outcome = device.queue.settle(
+            device_id,
+            lock_token,
+            settlement,
+            now,
+            self.inner.config.max_delivery_count,
+        )?;
+        let generation = device.device.generation_id.clone();
+        tracing::debug!(device = %device_id, lock_token, ?settlement, "iothub: message settled");
+        self.record_outcomes(
+            &mut state,
+            device_id,
+            &generation,
+            outcome.into_iter().collect(),
+            now,
+        );
+        if settlement == Settlement::Abandon {
+            // Enqueued again: deliverable at once, over whichever transport asks.
+            self.pump(&mut state, device_id, now);
+        }
+        drop(state);
+        self.changed();
+        Ok(())
     }
 
     // ----- feedback -----
@@ -767,6 +1050,11 @@ impl IotHub {
         let device = state.devices.get_mut(client_id).ok_or_else(|| {
             ConnectRefusal::NotAuthorized(format!("device {client_id:?} is not registered"))
         })?;
+        if device.device.status == DeviceStatus::Disabled {
+            return Err(ConnectRefusal::NotAuthorized(format!(
+                "device {client_id:?} is disabled"
+            )));
+        }
         let username =
             username.ok_or_else(|| ConnectRefusal::NotAuthorized("no user name".into()))?;
         let expected = format!("{hostname}/{client_id}/");
@@ -803,6 +1091,8 @@ impl IotHub {
             tx,
             clean_session,
         });
+        device.connection_changed = Some(now.utc);
+        device.last_activity = Some(now.utc);
         let mut outcomes = Vec::new();
         if let Some(old) = previous {
             let _ = old.tx.send(ToConnection::Close(
@@ -888,6 +1178,7 @@ impl IotHub {
             return; // Already replaced by a newer connection.
         }
         let clean = device.connection.take().is_some_and(|c| c.clean_session);
+        device.connection_changed = Some(now.utc);
         if clean {
             device.session = None;
         }
@@ -912,6 +1203,7 @@ impl IotHub {
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
         };
+        device.last_activity = Some(SystemTime::now());
         if device.telemetry.len() >= capacity {
             device.telemetry.pop_front();
         }
@@ -1173,6 +1465,8 @@ fn restore(
                 session: None,
                 connection: None,
                 telemetry: VecDeque::new(),
+                connection_changed: None,
+                last_activity: None,
             },
         );
     }
@@ -1207,6 +1501,33 @@ fn restore(
         .collect();
     state.feedback = Feedback::restored(limits, now.instant, loaded.pending, batches);
     Ok(())
+}
+
+/// Puts a message taken by [`IotHub::receive_locked`] back if the receive ends (cancelled,
+/// or its lock not persisted) before handing it out.
+struct Unhanded<'a> {
+    hub: &'a IotHub,
+    device_id: &'a str,
+    lock_token: Option<String>,
+}
+
+impl Drop for Unhanded<'_> {
+    fn drop(&mut self) {
+        let Some(token) = self.lock_token.take() else {
+            return;
+        };
+        let mut state = self.hub.state();
+        let put_back = state
+            .devices
+            .get_mut(self.device_id)
+            .is_some_and(|d| d.queue.unreceive(&token));
+        if put_back {
+            let now = Now::current();
+            self.hub.pump(&mut state, self.device_id, now);
+        }
+        drop(state);
+        self.hub.changed();
+    }
 }
 
 /// A connection accepted by [`IotHub::connect`].

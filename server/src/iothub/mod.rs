@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod amqp;
 pub mod client;
 pub mod config;
 mod durable;
@@ -40,11 +41,14 @@ mod endpoint;
 mod error;
 mod feedback;
 pub mod http;
+mod https;
 mod hub;
 pub mod message;
+pub mod policies;
 pub mod properties;
 mod queue;
 pub mod registry;
+mod rest;
 pub mod sas;
 mod tls;
 
@@ -54,7 +58,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{
-    DEFAULT_ADMIN_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME, DeviceTls, IotHubConfig,
+    DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
+    DEFAULT_HTTPS_PORT, DeviceTls, IotHubConfig,
 };
 pub use durable::{HUB_FILE, HUB_FORMAT};
 pub use error::IotHubError;
@@ -63,6 +68,7 @@ pub use message::{
     Ack, C2dMessage, Expiry, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackRecord, FeedbackStatus,
     MessageInfo, MessageState, QueueInfo, SendReceipt, TelemetryMessage,
 };
+pub use queue::{LockedMessage, Settlement};
 pub use registry::{Device, DeviceSpec};
 
 /// A running hub: its listeners and timer task. Stop it with [`IotHubServer::shutdown`];
@@ -91,35 +97,37 @@ impl IotHubServer {
     ) -> Result<IotHubServer, IotHubError> {
         let hub = IotHub::new(config)?;
         let config = hub.config().clone();
-        let tls = tls::acceptor(&config.tls, &config.hostname)?;
+        if let Some(auth) = &auth {
+            auth.accept_service_tokens(http::service_token_check(hub.clone()));
+        }
+        // The HTTPS and AMQP endpoints always speak TLS; the device endpoint when asked to.
+        let device_tls = config.tls != DeviceTls::None;
+        let tls_setting = match &config.tls {
+            DeviceTls::None if config.https_port.is_some() || config.amqp_port.is_some() => {
+                DeviceTls::SelfSigned
+            }
+            other => other.clone(),
+        };
+        let (acceptor, ca_pem) = match tls::acceptor(&tls_setting, &config.hostname)? {
+            Some((a, pem)) => (Some(a), pem),
+            None => (None, None),
+        };
         let device_listener = endpoint::bind(SocketAddr::new(config.bind, config.device_port))
             .await
             .map_err(IotHubError::Io)?;
         let device_addr = device_listener
             .local_addr()
             .map_err(|e| IotHubError::Io(format!("device endpoint address: {e}")))?;
-        let admin = match config.admin_port {
-            Some(port) => {
-                let addr = SocketAddr::new(config.bind, port);
-                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                    IotHubError::Io(format!("cannot listen for the admin API on {addr}: {e}"))
-                })?;
-                let local = listener
-                    .local_addr()
-                    .map_err(|e| IotHubError::Io(format!("admin API address: {e}")))?;
-                Some((listener, local))
-            }
-            None => None,
-        };
-        let (acceptor, ca_pem) = match tls {
-            Some((a, pem)) => (Some(a), pem),
-            None => (None, None),
-        };
+        let admin = listen(config.bind, config.admin_port, "the admin API").await?;
+        let https = listen(config.bind, config.https_port, "the HTTPS REST API").await?;
+        let amqp = listen(config.bind, config.amqp_port, "AMQP").await?;
         hub.set_endpoints(
             HubEndpoints {
                 device_endpoint: Some(device_addr),
-                tls: acceptor.is_some(),
+                tls: device_tls,
                 admin_endpoint: admin.as_ref().map(|(_, a)| *a),
+                https_endpoint: https.as_ref().map(|(_, a)| *a),
+                amqp_endpoint: amqp.as_ref().map(|(_, a)| *a),
             },
             ca_pem,
         );
@@ -130,10 +138,26 @@ impl IotHubServer {
             tokio::spawn(endpoint::run(
                 hub.clone(),
                 device_listener,
-                acceptor,
+                acceptor.clone().filter(|_| device_tls),
                 stop_rx.clone(),
             )),
         ];
+        if let (Some((listener, _)), Some(tls)) = (https, acceptor.clone()) {
+            tasks.push(tokio::spawn(https::run(
+                listener,
+                tls,
+                rest::router(hub.clone()),
+                stop_rx.clone(),
+            )));
+        }
+        if let (Some((listener, _)), Some(tls)) = (amqp, acceptor) {
+            tasks.push(tokio::spawn(amqp::run(
+                hub.clone(),
+                listener,
+                tls,
+                stop_rx.clone(),
+            )));
+        }
         if let Some((listener, addr)) = admin {
             // Host, Origin and Content-Type checks in front of every route (web_guard).
             let router = crate::web::guard::guard(
@@ -151,13 +175,14 @@ impl IotHubServer {
                 }
             }));
         }
+        let endpoints = hub.endpoints();
+        let show = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
         tracing::info!(
             devices = %device_addr,
-            tls = hub.endpoints().tls,
-            admin = %hub
-                .endpoints()
-                .admin_endpoint
-                .map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            tls = endpoints.tls,
+            admin = %show(endpoints.admin_endpoint),
+            https = %show(endpoints.https_endpoint),
+            amqp = %show(endpoints.amqp_endpoint),
             hostname = %config.hostname,
             "local IoT Hub ready"
         );
@@ -177,6 +202,25 @@ impl IotHubServer {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
         }
     }
+}
+
+/// Binds `port` on `bind` for `what`, or nothing when `port` is `None`.
+async fn listen(
+    bind: std::net::IpAddr,
+    port: Option<u16>,
+    what: &str,
+) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, IotHubError> {
+    let Some(port) = port else {
+        return Ok(None);
+    };
+    let addr = SocketAddr::new(bind, port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| IotHubError::Io(format!("cannot listen for {what} on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| IotHubError::Io(format!("{what} address: {e}")))?;
+    Ok(Some((listener, local)))
 }
 
 impl Drop for IotHubServer {

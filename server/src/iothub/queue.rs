@@ -1,7 +1,10 @@
 //! One device's cloud-to-device queue and the message lifecycle: Enqueued -> Invisible (locked
-//! by a delivery) -> Completed (PUBACK), or Dead lettered (expired, delivered max-delivery-count
-//! times without a PUBACK, purged). Pure code: the caller passes the time in, so the state
-//! machine is tested without waiting.
+//! by a delivery) -> Completed (PUBACK, or complete by lock token), or Dead lettered (expired,
+//! delivered max-delivery-count times without being completed, rejected, purged); an abandoned
+//! message is Enqueued again at once. Two kinds of delivery lock the same way: MQTT's, under a
+//! packet id of a connection and settled by its PUBACK, and AMQP's and HTTPS's, under a lock
+//! token (a GUID) and settled by complete, reject or abandon. Pure code: the caller passes the
+//! time in, so the state machine is tested without waiting.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -49,12 +52,116 @@ pub(crate) struct Stored {
     pub topic: String,
 }
 
-/// Where an Invisible message is locked: which connection, under which packet id, until when.
+/// Who holds the lock of an Invisible message, which is what may settle it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lock {
-    pub connection: u64,
-    pub packet_id: u16,
-    pub until: Instant,
+enum Holder {
+    /// MQTT: published on this connection under this packet id; its PUBACK completes it.
+    /// Packet ids mean nothing on another connection, so the lock ends with the connection.
+    Packet { connection: u64, packet_id: u16 },
+    /// AMQP and HTTPS: a lock token (a GUID, kept as its 128 bits), which outlives any
+    /// connection: the device settles with it (complete, reject, abandon) until the lock ends.
+    Token(u128),
+}
+
+/// Where an Invisible message is locked, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lock {
+    holder: Holder,
+    until: Instant,
+}
+
+impl Lock {
+    fn is_packet(&self, connection: u64, packet_id: u16) -> bool {
+        self.holder
+            == Holder::Packet {
+                connection,
+                packet_id,
+            }
+    }
+
+    fn is_connection(&self, connection: u64) -> bool {
+        matches!(self.holder, Holder::Packet { connection: c, .. } if c == connection)
+    }
+}
+
+/// How a device settles a message it holds under a lock token (AMQP dispositions, HTTPS
+/// `DELETE` / `DELETE ?reject` / `POST .../abandon`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Completed: removed from the queue, `Success` feedback (AMQP `accepted`, HTTPS
+    /// `DELETE .../deviceBound/{etag}`).
+    Complete,
+    /// Rejected: dead-lettered at once with `Rejected` feedback, never delivered again (AMQP
+    /// `rejected`, HTTPS `DELETE .../deviceBound/{etag}?reject`).
+    Reject,
+    /// Abandoned: Enqueued again at once, its delivery counted, so that a message abandoned on
+    /// its last allowed delivery is dead-lettered with `DeliveryCountExceeded` rather than
+    /// looping (AMQP `released` / `modified`, HTTPS `POST .../deviceBound/{etag}/abandon`).
+    Abandon,
+}
+
+/// A cloud-to-device message locked for a device under a lock token, as AMQP and HTTPS hand
+/// it out; settle it with [`crate::iothub::IotHub::settle`] before `lock_until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockedMessage {
+    /// The lock token, a GUID: the HTTPS `ETag` and the AMQP delivery tag.
+    pub lock_token: String,
+    /// The device it is for.
+    pub device_id: String,
+    /// The hub's sequence number of the message.
+    pub sequence_number: u64,
+    /// The message as the service sent it: body, ids, content type and encoding,
+    /// application properties, ack mode (its `expiry` field is what the service asked for;
+    /// `expiry_time` is the resolved one).
+    pub message: C2dMessage,
+    /// How many times it was delivered, this delivery included (1 the first time).
+    pub delivery_count: u32,
+    /// When it was enqueued.
+    pub enqueued_time: SystemTime,
+    /// When it expires (`ExpiryTimeUtc`, `$.exp`).
+    pub expiry_time: SystemTime,
+    /// When its lock ends: it is then Enqueued again (or dead-lettered) and the lock token
+    /// settles nothing.
+    pub lock_until: SystemTime,
+}
+
+/// A GUID's text form (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower case), as IoT Hub writes
+/// lock tokens.
+fn format_token(token: u128) -> String {
+    let hex = format!("{token:032x}");
+    let part = |from: usize, to: usize| hex.get(from..to).unwrap_or_default();
+    format!(
+        "{}-{}-{}-{}-{}",
+        part(0, 8),
+        part(8, 12),
+        part(12, 16),
+        part(16, 20),
+        part(20, 32)
+    )
+}
+
+/// A lock token back (hyphens optional, any case, and the quotes of an HTTP `ETag` header
+/// value tolerated); `None` when it is no GUID, which no lock can have.
+fn parse_token(text: &str) -> Option<u128> {
+    let text = text.trim().trim_matches('"');
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+/// A new random GUID in text form (the tracking ids of error answers).
+pub(crate) fn new_guid() -> String {
+    format_token(new_token())
+}
+
+/// A random (version 4) GUID: unguessable, and never the token of an earlier lock, so that a
+/// stale token cannot settle a later delivery of the same message.
+fn new_token() -> u128 {
+    let random = fastrand::u128(..);
+    (random & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62)
 }
 
 #[derive(Debug)]
@@ -188,11 +295,14 @@ impl DeviceQueue {
     /// Puts back a message read from the data dir (oldest first). A message that was locked
     /// stays locked by no connection until [`DeviceQueue::release_restored`] ends the lock.
     pub fn restore(&mut self, stored: Stored, delivery_count: u32, was_locked: bool) {
+        // Lock tokens are not kept either: every lock held before the restart ends at start.
         self.entries.push_back(Entry {
             stored: Arc::new(stored),
             lock: was_locked.then_some(Lock {
-                connection: RESTORED,
-                packet_id: 0,
+                holder: Holder::Packet {
+                    connection: RESTORED,
+                    packet_id: 0,
+                },
                 until: Instant::now(),
             }),
             delivery_count,
@@ -243,10 +353,9 @@ impl DeviceQueue {
     }
 
     fn packet_id_in_use(&self, connection: u64, id: u16) -> bool {
-        self.entries.iter().any(|e| {
-            e.lock
-                .is_some_and(|l| l.connection == connection && l.packet_id == id)
-        })
+        self.entries
+            .iter()
+            .any(|e| e.lock.is_some_and(|l| l.is_packet(connection, id)))
     }
 
     fn allocate_packet_id(&mut self, connection: u64) -> u16 {
@@ -269,8 +378,10 @@ impl DeviceQueue {
             let packet_id = self.allocate_packet_id(connection);
             if let Some(entry) = self.entries.get_mut(i) {
                 entry.lock = Some(Lock {
-                    connection,
-                    packet_id,
+                    holder: Holder::Packet {
+                        connection,
+                        packet_id,
+                    },
                     until: now.instant + lock_timeout,
                 });
                 entry.delivery_count = entry.delivery_count.saturating_add(1);
@@ -290,12 +401,111 @@ impl DeviceQueue {
     /// A PUBACK: completes the message locked under this packet id on this connection. A late
     /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
     pub fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
-        let index = self.entries.iter().position(|e| {
-            e.lock
-                .is_some_and(|l| l.connection == connection && l.packet_id == packet_id)
-        })?;
+        let index = self
+            .entries
+            .iter()
+            .position(|e| e.lock.is_some_and(|l| l.is_packet(connection, packet_id)))?;
         let entry = self.entries.remove(index)?;
         Some(self.finish(entry, FeedbackStatus::Success, now))
+    }
+
+    /// Locks the oldest Enqueued message (not expired: the next tick dead-letters those) under
+    /// a new lock token for `lock_timeout`, counting the delivery: what an HTTPS receive and
+    /// an AMQP receiver link with credit take. `None` when no message is Enqueued.
+    pub fn deliver_locked(
+        &mut self,
+        device_id: &str,
+        now: Now,
+        lock_timeout: Duration,
+    ) -> Option<LockedMessage> {
+        let entry = self
+            .entries
+            .iter_mut()
+            .find(|e| e.lock.is_none() && e.stored.expires_at > now.instant)?;
+        let token = new_token();
+        entry.lock = Some(Lock {
+            holder: Holder::Token(token),
+            until: now.instant + lock_timeout,
+        });
+        entry.delivery_count = entry.delivery_count.saturating_add(1);
+        let stored = entry.stored.clone();
+        let delivery_count = entry.delivery_count;
+        self.mark(stored.sequence_number);
+        Some(LockedMessage {
+            lock_token: format_token(token),
+            device_id: device_id.to_owned(),
+            sequence_number: stored.sequence_number,
+            message: stored.message.clone(),
+            delivery_count,
+            enqueued_time: stored.enqueued_utc,
+            expiry_time: stored.expiry_utc,
+            lock_until: now.utc + lock_timeout,
+        })
+    }
+
+    fn token_index(&self, lock_token: &str) -> Option<usize> {
+        let token = parse_token(lock_token)?;
+        self.entries
+            .iter()
+            .position(|e| e.lock.is_some_and(|l| l.holder == Holder::Token(token)))
+    }
+
+    /// Settles the message locked under `lock_token`: completed (`Success`), rejected
+    /// (dead-lettered, `Rejected`) or abandoned (Enqueued again, or dead-lettered with
+    /// `DeliveryCountExceeded` when that was its last allowed delivery). Returns the final
+    /// state it reached, if it did; [`IotHubError::MessageLockLost`] when the token locks
+    /// nothing (unknown, settled, or timed out: a late settlement must not touch a message
+    /// that may already be locked again for someone else).
+    pub fn settle(
+        &mut self,
+        device_id: &str,
+        lock_token: &str,
+        settlement: Settlement,
+        now: Now,
+        max_delivery_count: u32,
+    ) -> Result<Option<Outcome>, IotHubError> {
+        let lost = || IotHubError::MessageLockLost {
+            device: device_id.to_owned(),
+            lock_token: lock_token.to_owned(),
+        };
+        let index = self.token_index(lock_token).ok_or_else(lost)?;
+        let status = match settlement {
+            Settlement::Complete => FeedbackStatus::Success,
+            Settlement::Reject => FeedbackStatus::Rejected,
+            Settlement::Abandon => {
+                let mut out = Vec::new();
+                self.unlock(index, max_delivery_count, now, &mut out);
+                return Ok(out.pop());
+            }
+        };
+        let entry = self.entries.remove(index).ok_or_else(lost)?;
+        Ok(Some(self.finish(entry, status, now)))
+    }
+
+    /// Puts back a message taken by [`DeviceQueue::deliver_locked`] that never reached the
+    /// device (its receive was cancelled, or its lock could not be persisted): Enqueued again
+    /// with that delivery not counted, as if it had not been taken. Returns whether the token
+    /// still locked a message.
+    pub fn unreceive(&mut self, lock_token: &str) -> bool {
+        let Some(index) = self.token_index(lock_token) else {
+            return false;
+        };
+        let Some(entry) = self.entries.get_mut(index) else {
+            return false;
+        };
+        entry.lock = None;
+        entry.delivery_count = entry.delivery_count.saturating_sub(1);
+        let seq = entry.stored.sequence_number;
+        self.mark(seq);
+        true
+    }
+
+    /// Whether a message is Enqueued (not locked, not expired): what a token receiver waits
+    /// for.
+    pub fn has_enqueued(&self, now: Now) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.lock.is_none() && e.stored.expires_at > now.instant)
     }
 
     fn finish(&mut self, entry: Entry, status: FeedbackStatus, now: Now) -> Outcome {
@@ -318,8 +528,8 @@ impl DeviceQueue {
         }
     }
 
-    /// Unlocks the message of a lock that ended (timeout or closed connection): dead-lettered if
-    /// it was delivered `max_delivery_count` times, Enqueued again otherwise.
+    /// Unlocks the message of a lock that ended (timeout, closed connection, abandon):
+    /// dead-lettered if it was delivered `max_delivery_count` times, Enqueued again otherwise.
     fn unlock(
         &mut self,
         index: usize,
@@ -377,7 +587,7 @@ impl DeviceQueue {
         let mut out = Vec::new();
         let mut i = 0;
         while let Some(entry) = self.entries.get(i) {
-            if entry.lock.is_some_and(|l| l.connection == connection)
+            if entry.lock.is_some_and(|l| l.is_connection(connection))
                 && self.unlock(i, max_delivery_count, now, &mut out)
             {
                 continue;
@@ -589,6 +799,208 @@ mod tests {
         assert_eq!(q.depth(), 1);
         let expired = q.tick(at(base, 100), 10);
         assert_eq!(expired[0].status, FeedbackStatus::Expired);
+    }
+
+    const MAX: u32 = 3;
+    const LOCK: Duration = Duration::from_secs(60);
+
+    fn settle(q: &mut DeviceQueue, token: &str, s: Settlement, now: Now) -> Option<Outcome> {
+        q.settle("d", token, s, now, MAX).unwrap()
+    }
+
+    #[test]
+    fn lock_tokens_are_guids_and_parse_back() {
+        let t = new_token();
+        let text = format_token(t);
+        assert_eq!(text.len(), 36);
+        assert_eq!(text.as_bytes()[14], b'4', "version 4: {text}");
+        assert!(matches!(text.as_bytes()[19], b'8' | b'9' | b'a' | b'b'));
+        assert_eq!(parse_token(&text), Some(t));
+        assert_eq!(
+            parse_token(&format!("\"{}\"", text.to_uppercase())),
+            Some(t)
+        );
+        assert_eq!(parse_token("not-a-guid"), None);
+        assert_ne!(new_token(), new_token());
+    }
+
+    #[test]
+    fn token_delivery_locks_the_oldest_and_completes() {
+        let base = Now::current();
+        let mut q = queue_with(2, base);
+        let a = q.deliver_locked("d", base, LOCK).unwrap();
+        assert_eq!((a.sequence_number, a.delivery_count), (0, 1));
+        assert_eq!(a.message.message_id.as_deref(), Some("m0"));
+        assert_eq!(a.lock_until, base.utc + LOCK);
+        let b = q.deliver_locked("d", base, LOCK).unwrap();
+        assert_eq!(b.sequence_number, 1);
+        assert!(q.deliver_locked("d", base, LOCK).is_none(), "both locked");
+        assert!(
+            q.deliver(1, base, LOCK).is_empty(),
+            "MQTT does not take locked ones"
+        );
+        let done = settle(&mut q, &a.lock_token, Settlement::Complete, base).unwrap();
+        assert_eq!(done.status, FeedbackStatus::Success);
+        assert_eq!(q.depth(), 1);
+        let info = q.info("d", 3);
+        assert_eq!(info.messages[0].state, MessageState::Invisible);
+        assert_eq!(info.finished[0].state, MessageState::Completed);
+    }
+
+    #[test]
+    fn reject_dead_letters_at_once() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        let out = settle(&mut q, &m.lock_token, Settlement::Reject, base).unwrap();
+        assert_eq!(out.status, FeedbackStatus::Rejected);
+        assert_eq!(q.depth(), 0);
+        let info = q.info("d", 3);
+        assert_eq!(info.finished[0].state, MessageState::DeadLettered);
+        assert_eq!(info.finished[0].status_code, Some(FeedbackStatus::Rejected));
+        assert_eq!(info.finished[0].delivery_count, 1);
+    }
+
+    #[test]
+    fn abandon_enqueues_again_with_the_delivery_counted() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        assert!(settle(&mut q, &m.lock_token, Settlement::Abandon, base).is_none());
+        let info = q.info("d", 3);
+        assert_eq!(info.messages[0].state, MessageState::Enqueued);
+        assert_eq!(info.messages[0].delivery_count, 1);
+        let again = q.deliver_locked("d", base, LOCK).unwrap();
+        assert_eq!(again.delivery_count, 2);
+        assert_ne!(again.lock_token, m.lock_token, "a new lock, a new token");
+        // Abandoned messages go to MQTT too.
+        assert!(settle(&mut q, &again.lock_token, Settlement::Abandon, base).is_none());
+        let mqtt = q.deliver(5, base, LOCK);
+        assert_eq!(mqtt.len(), 1);
+    }
+
+    #[test]
+    fn abandon_on_the_last_delivery_dead_letters() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        for n in 1..MAX {
+            let m = q.deliver_locked("d", base, LOCK).unwrap();
+            assert_eq!(m.delivery_count, n);
+            assert!(settle(&mut q, &m.lock_token, Settlement::Abandon, base).is_none());
+        }
+        let last = q.deliver_locked("d", base, LOCK).unwrap();
+        assert_eq!(last.delivery_count, MAX);
+        let out = settle(&mut q, &last.lock_token, Settlement::Abandon, base).unwrap();
+        assert_eq!(out.status, FeedbackStatus::DeliveryCountExceeded);
+        assert_eq!(q.depth(), 0);
+        assert_eq!(q.info("d", 3).finished[0].delivery_count, MAX);
+    }
+
+    #[test]
+    fn stale_and_unknown_tokens_are_lock_lost() {
+        let base = Now::current();
+        let mut q = queue_with(2, base);
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        settle(&mut q, &m.lock_token, Settlement::Complete, base);
+        for s in [
+            Settlement::Complete,
+            Settlement::Reject,
+            Settlement::Abandon,
+        ] {
+            let err = q.settle("d", &m.lock_token, s, base, MAX).unwrap_err();
+            assert!(matches!(err, IotHubError::MessageLockLost { .. }), "{err}");
+            assert_eq!(err.code(), "DeviceMessageLockLost");
+        }
+        for token in ["", "garbage", &format_token(new_token())] {
+            assert!(
+                q.settle("d", token, Settlement::Complete, base, MAX)
+                    .is_err()
+            );
+        }
+        assert_eq!(q.depth(), 1, "nothing else touched");
+    }
+
+    #[test]
+    fn token_lock_timeout_enqueues_again_and_the_token_goes_stale() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        let lock = Duration::from_secs(2);
+        let m = q.deliver_locked("d", base, lock).unwrap();
+        assert!(q.tick(at(base, 1), MAX).is_empty());
+        assert_eq!(q.info("d", 3).messages[0].state, MessageState::Invisible);
+        assert_eq!(q.next_deadline(), Some(base.instant + lock));
+        assert!(q.tick(at(base, 2), MAX).is_empty());
+        assert_eq!(q.info("d", 3).messages[0].state, MessageState::Enqueued);
+        assert!(
+            q.settle("d", &m.lock_token, Settlement::Complete, at(base, 2), MAX)
+                .is_err()
+        );
+        assert_eq!(
+            q.deliver_locked("d", at(base, 2), lock)
+                .unwrap()
+                .delivery_count,
+            2
+        );
+    }
+
+    #[test]
+    fn token_locks_outlive_connections_and_unreceive_uncounts() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        assert!(q.release_connection(RESTORED, base, MAX).is_empty());
+        assert!(q.release_connection(1, base, MAX).is_empty());
+        assert_eq!(q.info("d", 3).messages[0].state, MessageState::Invisible);
+        assert!(q.unreceive(&m.lock_token));
+        assert!(!q.unreceive(&m.lock_token), "once");
+        let info = q.info("d", 3);
+        assert_eq!(info.messages[0].state, MessageState::Enqueued);
+        assert_eq!(info.messages[0].delivery_count, 0);
+    }
+
+    #[test]
+    fn expired_messages_are_not_handed_out() {
+        let base = Now::current();
+        let mut q = queue_with(1, base);
+        assert!(q.has_enqueued(base));
+        assert!(!q.has_enqueued(at(base, 100)));
+        assert!(q.deliver_locked("d", at(base, 100), LOCK).is_none());
+    }
+
+    #[test]
+    fn changes_are_tracked_for_the_data_dir() {
+        let base = Now::current();
+        let mut q = DeviceQueue::new(true);
+        let m = C2dMessage::new("x").ttl(Duration::from_secs(100));
+        q.enqueue(store("d", m, 7, base, LOCK).unwrap(), "d", 3)
+            .unwrap();
+        q.take_changes();
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        assert_eq!(q.take_changes(), vec![7]);
+        assert!(matches!(
+            q.item(7),
+            Some(Item::Live {
+                delivery_count: 1,
+                lock_until: Some(_),
+                ..
+            })
+        ));
+        settle(&mut q, &m.lock_token, Settlement::Abandon, base);
+        assert_eq!(q.take_changes(), vec![7]);
+        assert!(matches!(
+            q.item(7),
+            Some(Item::Live {
+                lock_until: None,
+                ..
+            })
+        ));
+        let m = q.deliver_locked("d", base, LOCK).unwrap();
+        q.take_changes();
+        settle(&mut q, &m.lock_token, Settlement::Reject, base);
+        assert_eq!(q.take_changes(), vec![7]);
+        assert!(
+            matches!(q.item(7), Some(Item::Finished(f)) if f.status == FeedbackStatus::Rejected)
+        );
     }
 
     #[test]

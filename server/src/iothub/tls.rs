@@ -1,5 +1,7 @@
-//! TLS for the device endpoint: a certificate and key from PEM files, or a self-signed pair
-//! generated at start (rcgen) for local use.
+//! TLS for the hub's endpoints: a certificate and key from PEM files, or a self-signed pair
+//! generated at start (rcgen) for local use. The device endpoint uses it when configured
+//! with TLS; the HTTPS and AMQP service endpoints always do (IoT Hub's SDKs only speak TLS
+//! there), so without device TLS a certificate is generated for them.
 
 use std::sync::Arc;
 

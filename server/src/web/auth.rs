@@ -10,7 +10,10 @@
 //! - `Authorization: Basic`, with a user and password of the broker's password file (checked
 //!   like an MQTT login: on the blocking pool, throttled per address);
 //! - the session cookie set by `POST /login` (the dashboard's login page at `/login` takes
-//!   the token or a user and password): `HttpOnly; SameSite=Strict`, 12 hours.
+//!   the token or a user and password): `HttpOnly; SameSite=Strict`, 12 hours;
+//! - on the IoT Hub admin API's routes, `Authorization: SharedAccessSignature ...`, a service
+//!   token of one of the hub's shared access policies with the right the route needs (the
+//!   check is the hub's, see [`WebAuth::accept_service_tokens`]).
 //!
 //! Anything else gets `401` (a page of the dashboard: a redirect to `/login`).
 //!
@@ -23,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -47,8 +50,14 @@ const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 const MAX_SESSIONS: usize = 1024;
 const LOGIN_HTML: &str = include_str!("../dashboard/assets/login.html");
 
+/// Checks a service SAS token for a request (method, path, token): `Err` says why it is
+/// refused. Given by the IoT Hub ([`crate::iothub::http::service_token_check`]).
+pub type ServiceTokenCheck = Box<dyn Fn(&Method, &str, &str) -> Result<(), String> + Send + Sync>;
+
 /// The credentials a web surface accepts; see the module documentation.
 pub struct WebAuth {
+    /// The IoT Hub's check of service tokens, once the hub exists.
+    service_tokens: OnceLock<ServiceTokenCheck>,
     token: String,
     token_digest: [u8; 32],
     /// The broker's users (`None` without a password file).
@@ -111,7 +120,14 @@ impl WebAuth {
             token,
             users,
             sessions: Mutex::new(HashMap::new()),
+            service_tokens: OnceLock::new(),
         }
+    }
+
+    /// Also admits `Authorization: SharedAccessSignature ...` when `check` accepts the token
+    /// for the request; the first check set stays.
+    pub fn accept_service_tokens(&self, check: ServiceTokenCheck) {
+        let _ = self.service_tokens.set(check);
     }
 
     /// The access token.
@@ -167,22 +183,32 @@ impl WebAuth {
         self.sessions().remove(&digest(id.as_bytes()));
     }
 
-    /// Whether `headers` carry valid credentials.
-    async fn admits(&self, headers: &HeaderMap, peer: SocketAddr) -> bool {
+    /// Whether `request` carries valid credentials; `Err` with the reason of a refused
+    /// service token.
+    async fn admits(
+        &self,
+        (method, path, headers): (&Method, &str, &HeaderMap),
+        peer: SocketAddr,
+    ) -> Result<bool, String> {
         if let Some(id) = session_cookie(headers)
             && self.session_valid(id)
         {
-            return true;
+            return Ok(true);
         }
         let Some(auth) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
         else {
-            return false;
+            return Ok(false);
         };
         let (scheme, value) = auth.split_once(' ').unwrap_or((auth, ""));
         if scheme.eq_ignore_ascii_case("bearer") {
-            return self.token_matches(value.trim());
+            return Ok(self.token_matches(value.trim()));
+        }
+        if scheme == "SharedAccessSignature"
+            && let Some(check) = self.service_tokens.get()
+        {
+            return check(method, path, auth).map(|()| true);
         }
         if scheme.eq_ignore_ascii_case("basic") {
             let decoded = base64::engine::general_purpose::STANDARD
@@ -190,10 +216,10 @@ impl WebAuth {
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok());
             if let Some((user, password)) = decoded.as_deref().and_then(|d| d.split_once(':')) {
-                return self.user_matches(user, password, peer).await;
+                return Ok(self.user_matches(user, password, peer).await);
             }
         }
-        false
+        Ok(false)
     }
 }
 
@@ -227,25 +253,28 @@ async fn check(
     request: Request,
     next: Next,
 ) -> Response {
-    if auth.admits(request.headers(), peer).await {
-        return next.run(request).await;
-    }
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let refused_token = match auth.admits((&method, &path, request.headers()), peer).await {
+        Ok(true) => return next.run(request).await,
+        Ok(false) => None,
+        Err(why) => Some(why),
+    };
     let wants_page = request.method() == Method::GET
         && request
             .headers()
             .get(header::ACCEPT)
             .and_then(|a| a.to_str().ok())
             .is_some_and(|a| a.contains("text/html"));
-    if wants_page {
+    if wants_page && refused_token.is_none() {
         return Redirect::to("/login").into_response();
     }
-    let mut response = refuse(
-        StatusCode::UNAUTHORIZED,
-        "Unauthorized",
+    let message = refused_token.unwrap_or_else(|| {
         "credentials required: the access token printed by `mqstate serve` as 'Authorization: \
-         Bearer TOKEN', a user of the password file with HTTP Basic, or a session from /login"
-            .to_owned(),
-    );
+         Bearer TOKEN', a user of the password file with HTTP Basic, a session from /login, or \
+         (IoT Hub admin API) a service SAS token"
+            .to_owned()
+    });
+    let mut response = refuse(StatusCode::UNAUTHORIZED, "Unauthorized", message);
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"mqstate\""),

@@ -27,7 +27,7 @@ class LocalServer private constructor(
         fun start(vararg extra: String, port: Int = 0, iothub: Boolean = false): LocalServer {
             val args = mutableListOf(binary, "serve", "--port", port.toString(), "--log", "info")
             if (!iothub) args += "--no-iothub"
-            else args += listOf("--iothub-port", "0", "--iothub-admin-port", "0")
+            else args += listOf("--iothub-port", "0", "--iothub-admin-port", "0", "--iothub-https-port", "0", "--iothub-amqp-port", "0")
             args += "--no-dashboard"
             args += extra
             val process = ProcessBuilder(args).redirectErrorStream(true).start()

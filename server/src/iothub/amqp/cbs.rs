@@ -1,0 +1,328 @@
+//! Claims-based security, as IoT Hub does it: the SASL step lets anyone in (the SDKs send no
+//! credentials there), then the client puts a SAS token on the `$cbs` node and the links it
+//! opens afterwards are authorized by that token, until it expires.
+//!
+//! - SASL: Node (`rhea` without user name) sends no SASL header at all; Python (`uamqp`)
+//!   negotiates `MSSBCBS` (Microsoft's CBS mechanism, an empty init). [`CbsSasl`] offers
+//!   `MSSBCBS` and `ANONYMOUS` and accepts both.
+//! - `put-token`: a message on the client's sender link to `$cbs`, application properties
+//!   `operation` = `put-token`, `type` = `servicebus.windows.net:sastoken`, `name` = the
+//!   audience, body the token (an amqp-value string). The reply goes on the client's receiver
+//!   link from `$cbs`: correlation id = the request's message id (same AMQP type: uamqp matches
+//!   a ulong), application properties `status-code` (an AMQP int: uamqp reads an int, Node
+//!   wants 200 exactly) and `status-description`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use fe2o3_amqp::acceptor::SaslAcceptor;
+use fe2o3_amqp::acceptor::sasl_acceptor::SaslServerFrame;
+use fe2o3_amqp::link::{Receiver, Sender};
+use fe2o3_amqp::types::definitions::AmqpError;
+use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, Properties};
+use fe2o3_amqp::types::primitives::{Array, SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::sasl::{SaslCode, SaslInit, SaslOutcome, SaslResponse};
+use tokio::sync::{mpsc, watch};
+
+use super::convert;
+use crate::iothub::IotHub;
+use crate::iothub::error::IotHubError;
+use crate::iothub::policies::{Right, ServiceGrant};
+
+/// The token types the hub accepts (the SDKs send the first; the second is IoT Hub's own).
+const SAS_TOKEN_TYPES: [&str; 2] = [
+    "servicebus.windows.net:sastoken",
+    "azure-devices.net:sastoken",
+];
+
+/// The SASL step: offers `MSSBCBS` (uamqp's choice) and `ANONYMOUS`, accepts either. The
+/// credentials come later, with `put-token`.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CbsSasl;
+
+impl SaslAcceptor for CbsSasl {
+    fn mechanisms(&self) -> Array<Symbol> {
+        Array::from(vec![Symbol::from("MSSBCBS"), Symbol::from("ANONYMOUS")])
+    }
+
+    fn on_init(&mut self, init: SaslInit) -> SaslServerFrame {
+        let code = match init.mechanism.0.as_str() {
+            "MSSBCBS" | "ANONYMOUS" => SaslCode::Ok,
+            other => {
+                tracing::debug!(mechanism = other, "iothub amqp: SASL mechanism refused");
+                SaslCode::Auth
+            }
+        };
+        SaslServerFrame::Outcome(SaslOutcome {
+            code,
+            additional_data: None,
+        })
+    }
+
+    fn on_response(&mut self, _response: SaslResponse) -> SaslServerFrame {
+        // Neither mechanism has a challenge, so a response is a protocol error.
+        SaslServerFrame::Outcome(SaslOutcome {
+            code: SaslCode::Sys,
+            additional_data: None,
+        })
+    }
+}
+
+/// The reply to a put-token, queued until the client's `$cbs` receiver link takes it.
+pub(super) type Reply = Message<AmqpValue<Value>>;
+
+struct Replies {
+    tx: mpsc::UnboundedSender<Reply>,
+    rx: Option<mpsc::UnboundedReceiver<Reply>>,
+}
+
+/// The claims of one connection: the grants of its valid put-tokens, and when the last one
+/// that allows ServiceConnect expires (watched by the links it authorized).
+pub(super) struct Cbs {
+    hub: IotHub,
+    grants: Mutex<Vec<ServiceGrant>>,
+    expiry: watch::Sender<Option<SystemTime>>,
+    replies: Mutex<Replies>,
+}
+
+impl std::fmt::Debug for Cbs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cbs").finish_non_exhaustive()
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The data behind these locks is replaced whole; a poisoned one is still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Cbs {
+    /// The claims of a new connection: none.
+    pub(super) fn new(hub: IotHub) -> Arc<Cbs> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Arc::new(Cbs {
+            hub,
+            grants: Mutex::new(Vec::new()),
+            expiry: watch::Sender::new(None),
+            replies: Mutex::new(Replies { tx, rx: Some(rx) }),
+        })
+    }
+
+    /// Whether a valid put-token allows service links (C2D send, feedback): the error says why
+    /// not (no token yet, expired, policy without ServiceConnect).
+    pub(super) fn authorize(&self) -> Result<(), IotHubError> {
+        let now = SystemTime::now();
+        let mut grants = relock(&self.grants);
+        grants.retain(|g| g.expires_at > now);
+        let mut refusal = None;
+        for grant in grants.iter() {
+            match grant.require(Right::ServiceConnect) {
+                Ok(()) => return Ok(()),
+                Err(e) => refusal = Some(e),
+            }
+        }
+        Err(refusal.unwrap_or_else(|| {
+            IotHubError::Unauthorized(
+                "no valid SAS token was put on $cbs for this connection (or it expired)".into(),
+            )
+        }))
+    }
+
+    /// Follows when the connection's ServiceConnect claims expire.
+    pub(super) fn expiry(&self) -> watch::Receiver<Option<SystemTime>> {
+        self.expiry.subscribe()
+    }
+
+    fn add_grant(&self, grant: ServiceGrant) {
+        let now = SystemTime::now();
+        let mut grants = relock(&self.grants);
+        grants.retain(|g| g.expires_at > now);
+        grants.push(grant);
+        let latest = grants
+            .iter()
+            .filter(|g| g.require(Right::ServiceConnect).is_ok())
+            .map(|g| g.expires_at)
+            .max();
+        drop(grants);
+        self.expiry.send_if_modified(|e| {
+            let changed = *e != latest;
+            *e = latest;
+            changed
+        });
+    }
+
+    /// Handles a request on `$cbs` and returns its reply.
+    fn handle(&self, request: Message<Body<Value>>) -> Reply {
+        let properties = request.properties.unwrap_or_default();
+        let app = request.application_properties.unwrap_or_default();
+        let text = |name: &str| match app.0.get(name) {
+            Some(SimpleValue::String(s)) => Some(s.clone()),
+            Some(SimpleValue::Symbol(s)) => Some(s.0.clone()),
+            _ => None,
+        };
+        let operation = text("operation").unwrap_or_default();
+        let token_type = text("type").unwrap_or_default();
+        let audience = text("name").unwrap_or_default();
+        let token = match request.body {
+            Body::Value(AmqpValue(Value::String(s))) => Some(s),
+            Body::Value(AmqpValue(Value::Binary(b))) => String::from_utf8(b.into_vec()).ok(),
+            Body::Data(sections) => {
+                String::from_utf8(sections.iter().flat_map(|d| d.0.iter().copied()).collect()).ok()
+            }
+            _ => None,
+        };
+        let (status, description) = if operation != "put-token" {
+            (
+                400,
+                format!("operation {operation:?} is not supported on $cbs (only put-token)"),
+            )
+        } else if !SAS_TOKEN_TYPES.contains(&token_type.as_str()) {
+            (
+                401,
+                format!(
+                    "token type {token_type:?} is not supported by the local hub (use a SAS \
+                     token: servicebus.windows.net:sastoken)"
+                ),
+            )
+        } else if let Some(token) = token {
+            match self.hub.authenticate_service(&token) {
+                Ok(grant) => {
+                    tracing::debug!(policy = %grant.policy, %audience,
+                        "iothub amqp: put-token accepted");
+                    self.add_grant(grant);
+                    (200, "OK".to_owned())
+                }
+                Err(e) => {
+                    tracing::info!(%audience, error = %e, "iothub amqp: put-token refused");
+                    (401, e.to_string())
+                }
+            }
+        } else {
+            (
+                400,
+                "the put-token body must be the token as a string".to_owned(),
+            )
+        };
+        let mut reply = Properties::builder().build();
+        reply.correlation_id = properties.message_id;
+        reply.to = properties.reply_to;
+        Message::builder()
+            .properties(reply)
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("status-code", SimpleValue::Int(status))
+                    .insert("status-description", SimpleValue::String(description))
+                    .build(),
+            )
+            .value(Value::Null)
+            .build()
+    }
+
+    fn reply(&self, reply: Reply) {
+        let _ = relock(&self.replies).tx.send(reply);
+    }
+
+    /// The replies for a new `$cbs` receiver link: the pending ones, or a fresh queue when
+    /// another link took them (the newest link gets the replies from now on).
+    fn take_replies(&self) -> mpsc::UnboundedReceiver<Reply> {
+        let mut replies = relock(&self.replies);
+        if let Some(rx) = replies.rx.take() {
+            return rx;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        replies.tx = tx;
+        rx
+    }
+}
+
+/// Serves the client's sender link to `$cbs`: each message is a request, accepted, answered.
+pub(super) async fn serve_requests(
+    cbs: Arc<Cbs>,
+    mut receiver: Receiver,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let delivery = tokio::select! {
+            d = receiver.recv::<Body<Value>>() => d,
+            _ = stop.changed() => {
+                let _ = receiver.close().await;
+                return;
+            }
+        };
+        let delivery = match delivery {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(error = %e, "iothub amqp: $cbs request link ended");
+                let _ = receiver
+                    .close_with_error(convert::error(AmqpError::DecodeError, e.to_string()))
+                    .await;
+                return;
+            }
+        };
+        let (info, message) = delivery.into_parts();
+        let reply = cbs.handle(message);
+        if let Err(e) = receiver.accept(info).await {
+            tracing::debug!(error = %e, "iothub amqp: $cbs request not settled");
+        }
+        cbs.reply(reply);
+    }
+}
+
+/// Serves the client's receiver link from `$cbs`: sends the replies, pre-settled when the
+/// link allows (the SDKs accept every reply, and nothing waits for their settlement).
+pub(super) async fn serve_replies(
+    cbs: Arc<Cbs>,
+    mut sender: Sender,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut replies = cbs.take_replies();
+    drop(cbs);
+    loop {
+        let reply = tokio::select! {
+            r = replies.recv() => r,
+            e = sender.on_detach() => {
+                tracing::debug!(error = %e, "iothub amqp: $cbs reply link detached");
+                let _ = sender.close().await;
+                return;
+            }
+            _ = stop.changed() => None,
+        };
+        let Some(reply) = reply else {
+            let _ = sender.close().await;
+            return;
+        };
+        match sender.send_batchable(reply).await {
+            // The reply's settlement is not waited for: the SDKs accept every reply.
+            Ok(settlement) => drop(settlement),
+            Err(e) => {
+                tracing::debug!(error = %e, "iothub amqp: $cbs reply not sent");
+                let _ = sender.close().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Resolves when the connection's ServiceConnect claims have expired (at once when it has
+/// none); a renewal (a newer put-token) moves the deadline.
+pub(super) async fn expired(expiry: &mut watch::Receiver<Option<SystemTime>>) {
+    loop {
+        let at = *expiry.borrow_and_update();
+        let Some(at) = at else { return };
+        let Ok(left) = at.duration_since(SystemTime::now()) else {
+            return;
+        };
+        if left.is_zero() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(left) => {}
+            changed = expiry.changed() => {
+                if changed.is_err() {
+                    // The connection is gone: nothing renews the claims any more.
+                    tokio::time::sleep(left).await;
+                }
+            }
+        }
+    }
+}

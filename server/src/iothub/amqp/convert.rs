@@ -1,0 +1,331 @@
+//! AMQP messages <-> the hub's types: a service SDK's C2D message to a [`C2dMessage`], a
+//! [`FeedbackBatch`] to the feedback message IoT Hub sends, and [`IotHubError`]s to the error
+//! conditions IoT Hub uses, so that each SDK raises its documented error.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, LinkError};
+use fe2o3_amqp::types::messaging::{
+    Body, Data, Header, Message, MessageAnnotations, MessageId, Properties,
+};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
+
+use crate::iothub::error::IotHubError;
+use crate::iothub::message::{Ack, C2dMessage, FEEDBACK_CONTENT_TYPE, FeedbackBatch};
+
+/// The condition SDKs map to their argument errors (Node `ArgumentError`).
+const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+
+/// An AMQP error with `condition` and `description`.
+pub(super) fn error(
+    condition: impl Into<ErrorCondition>,
+    description: String,
+) -> definitions::Error {
+    definitions::Error::new(condition, Some(description), None)
+}
+
+/// The condition IoT Hub rejects a send or refuses a link with, for `e`. Node's
+/// `translateError` (azure-iothub `amqp_service_errors.js`, `common-amqp/amqp_common_errors.js`)
+/// turns each into the error the SDK documents.
+pub(super) fn hub_error(e: &IotHubError) -> definitions::Error {
+    let condition: ErrorCondition = match e {
+        IotHubError::DeviceNotFound(_) => AmqpError::NotFound.into(),
+        IotHubError::QueueFull { .. } => AmqpError::ResourceLimitExceeded.into(),
+        IotHubError::PayloadTooLarge { .. } => LinkError::MessageSizeExceeded.into(),
+        IotHubError::InvalidArgument(_) => ErrorCondition::Custom(Symbol::from(ARGUMENT_ERROR)),
+        IotHubError::Unauthorized(_) => AmqpError::UnauthorizedAccess.into(),
+        _ => AmqpError::InternalError.into(),
+    };
+    error(condition, e.to_string())
+}
+
+/// A message id or correlation id as the SDKs mean it: Node sends a UUID-shaped id as an
+/// AMQP uuid (`encodeUuid` in `common-amqp/amqp_message.js`), turned back into its text.
+pub(super) fn id_text(id: &MessageId) -> Result<String, IotHubError> {
+    Ok(match id {
+        MessageId::String(s) => s.clone(),
+        MessageId::Ulong(n) => n.to_string(),
+        MessageId::Uuid(u) => uuid_text(u.as_inner()),
+        MessageId::Binary(b) => String::from_utf8(b.to_vec())
+            .map_err(|_| IotHubError::invalid("a binary message id must be UTF-8 text"))?,
+    })
+}
+
+/// The hyphenated lower-case form of a UUID.
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// An application property value as the text the device sees on its topic (`None`: null).
+fn property_text(name: &str, value: &SimpleValue) -> Result<Option<String>, IotHubError> {
+    Ok(Some(match value {
+        SimpleValue::Null => return Ok(None),
+        SimpleValue::String(s) => s.clone(),
+        SimpleValue::Symbol(s) => s.0.clone(),
+        SimpleValue::Bool(b) => b.to_string(),
+        SimpleValue::Ubyte(n) => n.to_string(),
+        SimpleValue::Ushort(n) => n.to_string(),
+        SimpleValue::Uint(n) => n.to_string(),
+        SimpleValue::Ulong(n) => n.to_string(),
+        SimpleValue::Byte(n) => n.to_string(),
+        SimpleValue::Short(n) => n.to_string(),
+        SimpleValue::Int(n) => n.to_string(),
+        SimpleValue::Long(n) => n.to_string(),
+        SimpleValue::Float(n) => n.to_string(),
+        SimpleValue::Double(n) => n.to_string(),
+        SimpleValue::Char(c) => c.to_string(),
+        SimpleValue::Timestamp(t) => t.milliseconds().to_string(),
+        SimpleValue::Uuid(u) => uuid_text(u.as_inner()),
+        SimpleValue::Binary(b) => String::from_utf8(b.to_vec()).map_err(|_| {
+            IotHubError::invalid(format!(
+                "application property {name:?} is binary, not UTF-8 text"
+            ))
+        })?,
+        _ => {
+            return Err(IotHubError::invalid(format!(
+                "application property {name:?} has a type IoT Hub does not carry"
+            )));
+        }
+    }))
+}
+
+/// The device id a C2D message is for, from its `to`: `/devices/{id}/messages/devicebound`.
+/// Node URL-encodes the id (`encodeURIComponent`), Python does not: the caller tries both
+/// forms (see [`device_candidates`]).
+pub(super) fn device_in_to(to: Option<&str>) -> Result<&str, IotHubError> {
+    let to = to.ok_or_else(|| {
+        IotHubError::invalid("the message has no `to` (/devices/{id}/messages/devicebound)")
+    })?;
+    let invalid = || {
+        IotHubError::invalid(format!(
+            "`to` {to:?} is not /devices/{{id}}/messages/devicebound"
+        ))
+    };
+    let rest = strip_prefix_ci(to, "/devices/").ok_or_else(invalid)?;
+    let id = strip_suffix_ci(rest, "/messages/devicebound").ok_or_else(invalid)?;
+    if id.is_empty() {
+        return Err(invalid());
+    }
+    Ok(id)
+}
+
+/// The ids `raw` may name: URL-decoded first (Node), then as is (Python sends it raw, and
+/// an IoT Hub device id may contain `%`).
+pub(super) fn device_candidates(raw: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(2);
+    if let Ok(decoded) = percent_encoding::percent_decode_str(raw).decode_utf8()
+        && decoded != raw
+    {
+        out.push(decoded.into_owned());
+    }
+    out.push(raw.to_owned());
+    out
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| s.get(prefix.len()..))
+        .flatten()
+}
+
+fn strip_suffix_ci<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
+    let cut = s.len().checked_sub(suffix.len())?;
+    let tail = s.get(cut..)?;
+    tail.eq_ignore_ascii_case(suffix)
+        .then(|| s.get(..cut))
+        .flatten()
+}
+
+/// The body bytes: one or more data sections (what both SDKs send), or an amqp-value of
+/// binary or string, or nothing.
+fn body_bytes(body: Body<Value>) -> Result<Vec<u8>, IotHubError> {
+    match body {
+        Body::Data(sections) => Ok(sections.iter().flat_map(|d| d.0.iter().copied()).collect()),
+        Body::Value(v) => match v.0 {
+            Value::Binary(b) => Ok(b.into_vec()),
+            Value::String(s) => Ok(s.into_bytes()),
+            Value::Null => Ok(Vec::new()),
+            _ => Err(IotHubError::invalid(
+                "the message body must be data sections, or an amqp-value of binary or string",
+            )),
+        },
+        Body::Empty => Ok(Vec::new()),
+        Body::Sequence(_) => Err(IotHubError::invalid(
+            "the message body must be data sections, not amqp-sequence",
+        )),
+    }
+}
+
+/// Converts a service SDK's C2D message: its properties (message id, correlation id, user id,
+/// content type and encoding, absolute expiry time), its application properties
+/// (`iothub-ack` is the ack mode) and its body. Returns the raw device id of its `to` too.
+pub(super) fn c2d_message(
+    message: Message<Body<Value>>,
+) -> Result<(String, C2dMessage), IotHubError> {
+    let properties = message.properties.unwrap_or_default();
+    let device = device_in_to(properties.to.as_deref())?.to_owned();
+    let mut out = C2dMessage::new(body_bytes(message.body)?);
+    if let Some(id) = &properties.message_id {
+        out = out.message_id(id_text(id)?);
+    }
+    if let Some(id) = &properties.correlation_id {
+        out = out.correlation_id(id_text(id)?);
+    }
+    if let Some(user) = properties.user_id {
+        out = out.user_id(
+            String::from_utf8(user.into_vec())
+                .map_err(|_| IotHubError::invalid("the user id must be UTF-8 text"))?,
+        );
+    }
+    if let Some(ct) = properties.content_type {
+        out = out.content_type(ct.0);
+    }
+    if let Some(ce) = properties.content_encoding {
+        out = out.content_encoding(ce.0);
+    }
+    if let Some(at) = properties.absolute_expiry_time {
+        let millis = u64::try_from(at.milliseconds())
+            .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
+        out = out.expires_at(UNIX_EPOCH + Duration::from_millis(millis));
+    }
+    if let Some(app) = message.application_properties {
+        for (name, value) in app.0.iter() {
+            if name == "iothub-ack" {
+                let text = property_text(name, value)?.unwrap_or_default();
+                out = out.ack(Ack::parse(&text)?);
+            } else {
+                let text = property_text(name, value)?;
+                out = out.property(name.clone(), text.as_deref());
+            }
+        }
+    }
+    Ok((device, out))
+}
+
+/// The feedback message of `batch`, as IoT Hub sends it on `/messages/serviceBound/feedback`:
+/// a data section holding the JSON array of records (what the HTTP API returns as `records`),
+/// content type [`FEEDBACK_CONTENT_TYPE`], user id the hub name, message id the lock token,
+/// the batch's enqueued time as the `iothub-enqueuedtime` annotation.
+pub(super) fn feedback_message(batch: &FeedbackBatch) -> Result<Message<Data>, IotHubError> {
+    let json = serde_json::to_vec(&batch.records)
+        .map_err(|e| IotHubError::Io(format!("feedback records: {e}")))?;
+    let enqueued = humantime::parse_rfc3339_weak(&batch.enqueued_time_utc)
+        .unwrap_or_else(|_| SystemTime::now());
+    let millis = enqueued
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let properties = Properties::builder()
+        .message_id(batch.lock_token.clone())
+        .user_id(Binary::from(batch.user_id.clone().into_bytes()))
+        .content_type(Symbol::from(FEEDBACK_CONTENT_TYPE))
+        .content_encoding(Symbol::from("utf-8"))
+        .creation_time(Timestamp::from_milliseconds(millis))
+        .build();
+    let annotations = MessageAnnotations::builder()
+        .insert(
+            Symbol::from("iothub-enqueuedtime"),
+            Value::Timestamp(Timestamp::from_milliseconds(millis)),
+        )
+        .build();
+    Ok(Message::builder()
+        .header(
+            Header::builder()
+                .durable(true)
+                .delivery_count(batch.delivery_count.saturating_sub(1))
+                .build(),
+        )
+        .message_annotations(annotations)
+        .properties(properties)
+        .data(Data(Binary::from(json)))
+        .build())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fe2o3_amqp::types::messaging::ApplicationProperties;
+
+    use super::*;
+
+    #[test]
+    fn the_device_comes_from_to_in_both_sdk_forms() {
+        assert_eq!(
+            device_in_to(Some("/devices/a%2Fb/messages/devicebound")).unwrap(),
+            "a%2Fb"
+        );
+        assert_eq!(
+            device_candidates("a%2Fb"),
+            vec!["a/b".to_owned(), "a%2Fb".to_owned()]
+        );
+        assert_eq!(device_candidates("plain"), vec!["plain".to_owned()]);
+        assert!(device_in_to(Some("/devices//messages/devicebound")).is_err());
+        assert!(device_in_to(Some("/devices/d")).is_err());
+        assert!(device_in_to(None).is_err());
+    }
+
+    #[test]
+    fn every_property_is_carried() {
+        let uuid = [
+            0x12u8, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8,
+        ];
+        let message = Message::builder()
+            .properties(
+                Properties::builder()
+                    .to("/devices/d1/messages/devicebound")
+                    .message_id(MessageId::Uuid(uuid.into()))
+                    .correlation_id(String::from("c-1"))
+                    .user_id(Binary::from(b"svc".to_vec()))
+                    .content_type(Symbol::from("application/json"))
+                    .content_encoding(Symbol::from("utf-8"))
+                    .absolute_expiry_time(Timestamp::from_milliseconds(4_102_444_800_000))
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("iothub-ack", SimpleValue::String("full".into()))
+                    .insert("n", SimpleValue::Int(7))
+                    .insert("z", SimpleValue::Null)
+                    .build(),
+            )
+            .body(Body::Data(
+                vec![
+                    Data(Binary::from(b"he".to_vec())),
+                    Data(Binary::from(b"y".to_vec())),
+                ]
+                .into(),
+            ))
+            .build();
+        let (device, m) = c2d_message(message).unwrap();
+        assert_eq!(device, "d1");
+        assert_eq!(
+            m.message_id.as_deref(),
+            Some("12345678-9abc-def0-0102-030405060708")
+        );
+        assert_eq!(m.correlation_id.as_deref(), Some("c-1"));
+        assert_eq!(m.user_id.as_deref(), Some("svc"));
+        assert_eq!(m.content_type.as_deref(), Some("application/json"));
+        assert_eq!(m.content_encoding.as_deref(), Some("utf-8"));
+        assert_eq!(m.ack, Ack::Full);
+        assert_eq!(&m.payload[..], b"hey");
+        assert_eq!(
+            m.properties,
+            vec![
+                ("n".to_owned(), Some("7".to_owned())),
+                ("z".to_owned(), None)
+            ]
+        );
+        assert!(matches!(
+            m.expiry,
+            Some(crate::iothub::message::Expiry::At(_))
+        ));
+    }
+}

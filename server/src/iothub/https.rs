@@ -1,0 +1,107 @@
+//! The hub's HTTPS server: IoT Hub's REST API ([`super::rest`]) over TLS and HTTP/1.1, as
+//! the service SDKs reach it (they only speak HTTPS).
+//!
+//! Each TLS handshake runs on the connection's own task with the broker's timeout (10 s), so a silent or slow peer delays only itself;
+//! request heads have the same deadline (no slowloris). `axum::serve` cannot be used: it only
+//! takes plain listeners. On stop, the server accepts no more connections, lets each one
+//! finish its request in flight (keep-alive connections close) and returns when they have.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a TLS handshake, and then each request head, may take: the embedded broker's
+/// TLS listener allows the same (`broker/tls.rs`, private to the broker).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `router` over TLS on `listener` until `stop` turns true, then waits for the
+/// connections' requests in flight.
+pub(crate) async fn run(
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(connection(
+                        stream,
+                        peer,
+                        tls.clone(),
+                        router.clone(),
+                        stop.clone(),
+                    ));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "iothub: HTTPS accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            // Reap finished connections so the set does not grow with the server's age.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stop.changed() => break,
+        }
+        if *stop.borrow() {
+            break;
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// One connection: the TLS handshake (bounded), then HTTP/1.1 until the peer closes or the
+/// server stops.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: TlsAcceptor,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let handshake = tokio::select! {
+        result = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)) => result,
+        _ = stop.changed() => return,
+    };
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::info!(%peer, error = %e, "iothub: HTTPS TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, timeout = ?HANDSHAKE_TIMEOUT, "iothub: HTTPS TLS handshake timed out");
+            return;
+        }
+    };
+    // Handlers may ask who is calling (logs), as with `axum::serve`'s connect info.
+    let service = TowerToHyperService::new(router.layer(axum::Extension(ConnectInfo(peer))));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .keep_alive(true);
+    let served = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        _ = stop.changed() => {
+            served.as_mut().graceful_shutdown();
+            served.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "iothub: HTTPS connection ended");
+    }
+}

@@ -1,0 +1,531 @@
+//! The local hub's AMQP 1.0 service endpoint over TLS, with fe2o3-amqp as the client, doing
+//! what the Node (`azure-iothub`) and Python (`azure-iot-hub`/`uamqp`) service SDKs do:
+//! put-token on `$cbs`, C2D messages on `/messages/devicebound` with every property, the
+//! rejections the SDKs turn into their errors, refused attaches, expiring tokens, and feedback
+//! on `/messages/serviceBound/feedback` (completed, or released and received again).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::messaging::{
+    ApplicationProperties, Body, Data, Message, MessageId, Outcome, Properties,
+};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use mqstate_server::iothub::policies::service_token;
+use mqstate_server::iothub::{Ack, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+async fn start(config: IotHubConfig) -> (IotHubServer, IotHub) {
+    let server = IotHubServer::start(config).await.unwrap();
+    let hub = server.hub();
+    hub.add_device(&DeviceSpec::parse("dev1").unwrap()).unwrap();
+    let spec = DeviceSpec {
+        id: "dev:2".into(),
+        primary_key: None,
+        secondary_key: None,
+    };
+    hub.add_device(&spec).unwrap();
+    (server, hub)
+}
+
+fn quick_config() -> IotHubConfig {
+    IotHubConfig {
+        max_queue_depth: 3,
+        max_message_size: 1024,
+        feedback_batch_interval: Duration::from_millis(200),
+        ..IotHubConfig::default()
+    }
+}
+
+/// A service token of `policy`, valid for `ttl`.
+fn token(hub: &IotHub, policy: &str, ttl: Duration) -> String {
+    let host = hub.config().hostname.clone();
+    service_token(&host, &hub.policy(policy).unwrap(), SystemTime::now() + ttl).unwrap()
+}
+
+struct Client {
+    connection: ConnectionHandle<()>,
+    session: SessionHandle<()>,
+}
+
+impl Client {
+    /// Connects over TLS (trusting the hub's certificate), with a SASL step (as uamqp) or
+    /// without (as Node's rhea).
+    /// A TLS connection to the AMQP endpoint, trusting the hub's certificate.
+    async fn tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let addr = hub.endpoints().amqp_endpoint.expect("the AMQP endpoint");
+        let pem = hub.ca_certificate_pem().expect("a generated certificate");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap()
+    }
+
+    async fn connect(hub: &IotHub, sasl: bool) -> Client {
+        let tls = Client::tls(hub).await;
+        let builder = Connection::builder()
+            .container_id("test-service")
+            .hostname("localhost");
+        let mut connection = if sasl {
+            builder
+                .sasl_profile(SaslProfile::Anonymous)
+                .open_with_stream(tls)
+                .await
+                .unwrap()
+        } else {
+            builder.open_with_stream(tls).await.unwrap()
+        };
+        let session = Session::begin(&mut connection).await.unwrap();
+        Client {
+            connection,
+            session,
+        }
+    }
+
+    /// Puts `token` on `$cbs` as the SDKs do; returns the reply's status code and description.
+    async fn put_token(&mut self, token: &str) -> (i32, String) {
+        let mut requests = Sender::attach(&mut self.session, "cbs-sender", "$cbs")
+            .await
+            .unwrap();
+        let mut replies = Receiver::attach(&mut self.session, "cbs-receiver", "$cbs")
+            .await
+            .unwrap();
+        let request = Message::builder()
+            .properties(
+                Properties::builder()
+                    .message_id(MessageId::Ulong(42))
+                    .to("$cbs")
+                    .reply_to("cbs")
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", SimpleValue::String("put-token".into()))
+                    .insert(
+                        "type",
+                        SimpleValue::String("servicebus.windows.net:sastoken".into()),
+                    )
+                    .insert("name", SimpleValue::String("https://localhost".into()))
+                    .build(),
+            )
+            .value(Value::String(token.to_owned()))
+            .build();
+        let outcome = requests.send(request).await.unwrap();
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+        let reply = tokio::time::timeout(Duration::from_secs(5), replies.recv::<Body<Value>>())
+            .await
+            .expect("a put-token reply")
+            .unwrap();
+        replies.accept(&reply).await.unwrap();
+        let message = reply.message();
+        let properties = message.properties.as_ref().unwrap();
+        assert_eq!(properties.correlation_id, Some(MessageId::Ulong(42)));
+        let app = &message.application_properties.as_ref().unwrap().0;
+        let Some(SimpleValue::Int(status)) = app.get("status-code") else {
+            panic!("status-code must be an int: {app:?}");
+        };
+        let Some(SimpleValue::String(description)) = app.get("status-description") else {
+            panic!("no status-description: {app:?}");
+        };
+        let _ = requests.close().await;
+        let _ = replies.close().await;
+        (*status, description.clone())
+    }
+
+    async fn c2d_link(&mut self) -> Sender {
+        Sender::attach(&mut self.session, "c2d", "/messages/devicebound")
+            .await
+            .unwrap()
+    }
+
+    async fn close(mut self) {
+        let _ = self.session.end().await;
+        let _ = self.connection.close().await;
+    }
+}
+
+/// The condition a rejected send carried.
+fn rejected(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Rejected(r) => {
+            let e = r.error.as_ref().expect("an error on the rejection");
+            format!(
+                "{:?}|{}",
+                e.condition,
+                e.description.clone().unwrap_or_default()
+            )
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+fn c2d(to: &str, body: &[u8]) -> Message<Data> {
+    Message::builder()
+        .properties(Properties::builder().to(to).build())
+        .data(Data(Binary::from(body.to_vec())))
+        .build()
+}
+
+/// The next feedback batch on `feedback`.
+async fn receive(feedback: &mut Receiver) -> fe2o3_amqp::link::delivery::Delivery<Body<Value>> {
+    tokio::time::timeout(Duration::from_secs(10), feedback.recv::<Body<Value>>())
+        .await
+        .expect("a feedback batch")
+        .unwrap()
+}
+
+/// Waits for the hub to detach `sender` with an error; returns the error's debug form.
+async fn detach_error(sender: &mut Sender) -> String {
+    let e = tokio::time::timeout(Duration::from_secs(10), sender.on_detach())
+        .await
+        .expect("the hub detaches the link");
+    format!("{e:?}")
+}
+
+#[tokio::test]
+async fn c2d_message_with_every_property() {
+    let (server, hub) = start(quick_config()).await;
+    for sasl in [true, false] {
+        hub.purge("dev1").unwrap();
+        let mut client = Client::connect(&hub, sasl).await;
+        let (status, description) = client
+            .put_token(&token(&hub, "service", Duration::from_secs(3600)))
+            .await;
+        assert_eq!((status, description.as_str()), (200, "OK"));
+        let mut link = client.c2d_link().await;
+        let expiry = SystemTime::now() + Duration::from_secs(600);
+        let expiry_ms = expiry.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+        let message = Message::builder()
+            .properties(
+                Properties::builder()
+                    .to("/devices/dev1/messages/devicebound")
+                    .message_id(String::from("m-1"))
+                    .correlation_id(String::from("c-1"))
+                    .user_id(Binary::from(b"svc".to_vec()))
+                    .content_type(Symbol::from("application/json"))
+                    .content_encoding(Symbol::from("utf-8"))
+                    .absolute_expiry_time(Timestamp::from_milliseconds(expiry_ms))
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("iothub-ack", SimpleValue::String("full".into()))
+                    .insert("color", SimpleValue::String("red".into()))
+                    .build(),
+            )
+            .data(Data(Binary::from(b"{\"on\":true}".to_vec())))
+            .build();
+        let outcome = link.send(message).await.unwrap();
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+        let queue = hub.queue("dev1").unwrap();
+        assert_eq!(queue.depth, 1);
+        let m = &queue.messages[0];
+        assert_eq!(m.message_id.as_deref(), Some("m-1"));
+        assert_eq!(m.correlation_id.as_deref(), Some("c-1"));
+        assert_eq!(m.ack, Ack::Full);
+        let expected =
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(expiry_ms as u64))
+                .to_string();
+        assert_eq!(m.expiry_time_utc, expected);
+        // A URL-encoded id (Node) names the device `dev:2`.
+        let outcome = link
+            .send(c2d("/devices/dev%3A2/messages/devicebound", b"x"))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+        assert_eq!(hub.queue("dev:2").unwrap().depth, if sasl { 1 } else { 2 });
+        let _ = link.close().await;
+        client.close().await;
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn refused_sends_carry_iot_hub_conditions() {
+    let (server, hub) = start(quick_config()).await;
+    let mut client = Client::connect(&hub, true).await;
+    assert_eq!(
+        client
+            .put_token(&token(&hub, "iothubowner", Duration::from_secs(3600)))
+            .await
+            .0,
+        200
+    );
+    let mut link = client.c2d_link().await;
+    let outcome = link
+        .send(c2d("/devices/nobody/messages/devicebound", b"x"))
+        .await
+        .unwrap();
+    assert!(
+        rejected(&outcome).starts_with("AmqpError(NotFound)"),
+        "{outcome:?}"
+    );
+    for _ in 0..3 {
+        let outcome = link
+            .send(c2d("/devices/dev1/messages/devicebound", b"x"))
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    }
+    let outcome = link
+        .send(c2d("/devices/dev1/messages/devicebound", b"x"))
+        .await
+        .unwrap();
+    assert!(
+        rejected(&outcome).starts_with("AmqpError(ResourceLimitExceeded)"),
+        "{outcome:?}"
+    );
+    let outcome = link
+        .send(c2d("/devices/dev:2/messages/devicebound", &[0u8; 2048]))
+        .await
+        .unwrap();
+    assert!(
+        rejected(&outcome).starts_with("LinkError(MessageSizeExceeded)"),
+        "{outcome:?}"
+    );
+    let outcome = link.send(c2d("/elsewhere", b"x")).await.unwrap();
+    assert!(rejected(&outcome).contains("argument-error"), "{outcome:?}");
+    assert_eq!(hub.queue("dev1").unwrap().depth, 3);
+    // An unknown node is refused with not-found.
+    let mut unknown = Sender::attach(&mut client.session, "other", "/messages/events")
+        .await
+        .unwrap();
+    assert!(detach_error(&mut unknown).await.contains("NotFound"));
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_and_rights_are_refused() {
+    let (server, hub) = start(quick_config()).await;
+    let mut client = Client::connect(&hub, true).await;
+    // No put-token yet.
+    let mut link = client.c2d_link().await;
+    assert!(detach_error(&mut link).await.contains("UnauthorizedAccess"));
+    // A wrong key.
+    let mut forged = hub.policy("service").unwrap();
+    forged.primary_key = mqstate_server::iothub::registry::generate_key().unwrap();
+    let bad = service_token(
+        "localhost",
+        &forged,
+        SystemTime::now() + Duration::from_secs(60),
+    )
+    .unwrap();
+    let (status, description) = client.put_token(&bad).await;
+    assert_eq!(status, 401, "{description}");
+    assert!(description.contains("signature"), "{description}");
+    // An expired token.
+    let old = service_token(
+        "localhost",
+        &hub.policy("service").unwrap(),
+        SystemTime::now() - Duration::from_secs(10),
+    )
+    .unwrap();
+    let (status, description) = client.put_token(&old).await;
+    assert_eq!(status, 401);
+    assert!(description.contains("expired"), "{description}");
+    // A policy without ServiceConnect.
+    let (status, _) = client
+        .put_token(&token(&hub, "registryRead", Duration::from_secs(60)))
+        .await;
+    assert_eq!(status, 200);
+    let mut link = client.c2d_link().await;
+    let refusal = detach_error(&mut link).await;
+    assert!(
+        refusal.contains("UnauthorizedAccess") && refusal.contains("ServiceConnect"),
+        "{refusal}"
+    );
+    let mut feedback = Receiver::attach(
+        &mut client.session,
+        "feedback",
+        "/messages/serviceBound/feedback",
+    )
+    .await
+    .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), feedback.recv::<Body<Value>>())
+        .await
+        .expect("the hub detaches the feedback link")
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("UnauthorizedAccess"), "{e:?}");
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn links_close_when_the_token_expires_unless_renewed() {
+    let (server, hub) = start(quick_config()).await;
+    let mut client = Client::connect(&hub, false).await;
+    assert_eq!(
+        client
+            .put_token(&token(&hub, "service", Duration::from_secs(3)))
+            .await
+            .0,
+        200
+    );
+    let mut link = client.c2d_link().await;
+    let outcome = link
+        .send(c2d("/devices/dev1/messages/devicebound", b"x"))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)));
+    let refusal = detach_error(&mut link).await;
+    assert!(
+        refusal.contains("UnauthorizedAccess") && refusal.contains("expired"),
+        "{refusal}"
+    );
+    // A renewal keeps the link.
+    assert_eq!(
+        client
+            .put_token(&token(&hub, "service", Duration::from_secs(3)))
+            .await
+            .0,
+        200
+    );
+    let mut link = Sender::attach(&mut client.session, "c2d-2", "/messages/devicebound")
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .put_token(&token(&hub, "service", Duration::from_secs(3600)))
+            .await
+            .0,
+        200
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let outcome = link
+        .send(c2d("/devices/dev1/messages/devicebound", b"y"))
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn feedback_is_received_completed_and_released() {
+    let (server, hub) = start(quick_config()).await;
+    let mut client = Client::connect(&hub, false).await;
+    assert_eq!(
+        client
+            .put_token(&token(&hub, "service", Duration::from_secs(3600)))
+            .await
+            .0,
+        200
+    );
+    let mut c2d_link = client.c2d_link().await;
+    let mut message = c2d("/devices/dev1/messages/devicebound", b"x");
+    message.properties.as_mut().unwrap().message_id = Some(MessageId::String("fb-1".into()));
+    message.application_properties = Some(
+        ApplicationProperties::builder()
+            .insert("iothub-ack", SimpleValue::String("full".into()))
+            .build(),
+    );
+    let outcome = c2d_link.send(message).await.unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)));
+    assert_eq!(hub.purge("dev1").unwrap(), 1);
+
+    let mut feedback = Receiver::attach(
+        &mut client.session,
+        "feedback",
+        "/messages/serviceBound/feedback",
+    )
+    .await
+    .unwrap();
+    // Released: received again.
+    let first = receive(&mut feedback).await;
+    feedback.release(&first).await.unwrap();
+    let again = receive(&mut feedback).await;
+    let message = again.message();
+    let properties = message.properties.as_ref().unwrap();
+    assert_eq!(
+        properties.content_type.as_ref().map(|s| s.0.as_str()),
+        Some("application/vnd.microsoft.iothub.feedback.json")
+    );
+    assert_eq!(
+        properties.user_id.as_ref().map(|b| b.to_vec()),
+        Some(hub.hub_name().as_bytes().to_vec())
+    );
+    let Body::Data(sections) = &message.body else {
+        panic!("the body is a data section: {:?}", message.body);
+    };
+    let json: Vec<u8> = sections.iter().flat_map(|d| d.0.iter().copied()).collect();
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&json).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["originalMessageId"], "fb-1");
+    assert_eq!(records[0]["deviceId"], "dev1");
+    assert_eq!(
+        records[0]["statusCode"],
+        serde_json::to_value(FeedbackStatus::Purged).unwrap()
+    );
+    // Accepted: completed, nothing more to receive (over AMQP or the admin API).
+    feedback.accept(&again).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        hub.receive_feedback(Duration::from_millis(500))
+            .await
+            .is_none()
+    );
+    let nothing =
+        tokio::time::timeout(Duration::from_millis(800), feedback.recv::<Body<Value>>()).await;
+    assert!(nothing.is_err(), "no more feedback: {nothing:?}");
+    let _ = feedback.close().await;
+    let _ = c2d_link.close().await;
+    client.close().await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn garbage_closes_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, hub) = start(quick_config()).await;
+    for bytes in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &b"AMQP\x00\x01\x00\x00\xff\xff\xff\xff\x02\x00\x00\x00garbage"[..],
+        // An incomplete SASL frame: the handshake limit closes it.
+        &b"AMQP\x03\x01\x00\x00\x00\x00\x00\x10\x02\x01\x00\x00\x00\x53\x41\x00"[..],
+    ] {
+        let began = std::time::Instant::now();
+        let mut tls = Client::tls(&hub).await;
+        tls.write_all(bytes).await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(15), tls.read_to_end(&mut answer))
+            .await
+            .expect("the hub closes the connection");
+        // Closed (a TLS close_notify or not), within the 10 s handshake limit for a stalled
+        // SASL exchange.
+        let _ = read;
+        assert!(began.elapsed() < Duration::from_secs(12));
+        assert!(answer.starts_with(b"AMQP"), "{answer:?}");
+    }
+    // The hub still serves.
+    let mut client = Client::connect(&hub, true).await;
+    let (status, _) = client
+        .put_token(&token(&hub, "service", Duration::from_secs(60)))
+        .await;
+    assert_eq!(status, 200);
+    client.close().await;
+    server.shutdown().await;
+}
