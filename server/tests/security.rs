@@ -1072,3 +1072,72 @@ async fn client_ids_belong_to_the_identity_that_holds_them() {
     client.close().await;
     server.shutdown().await;
 }
+
+/// docs/security.md, threat model: the hub's TLS listeners (devices with `--iothub-tls`,
+/// HTTPS, AMQP) run each handshake on its own task with a timeout, so a silent socket on one
+/// of them delays no other client and is dropped.
+#[tokio::test]
+async fn idle_sockets_on_the_hubs_tls_ports_do_not_stall_other_clients() {
+    use mqstate_server::iothub::{DeviceTls, IotHubConfig, IotHubServer};
+    use tokio::io::AsyncReadExt as _;
+    let hub_server = IotHubServer::start(IotHubConfig {
+        tls: DeviceTls::SelfSigned,
+        ..IotHubConfig::default()
+    })
+    .await
+    .unwrap();
+    let hub = hub_server.hub();
+    let endpoints = hub.endpoints();
+    let ports = [
+        ("devices", endpoints.device_endpoint.unwrap()),
+        ("https", endpoints.https_endpoint.unwrap()),
+        ("amqp", endpoints.amqp_endpoint.unwrap()),
+    ];
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = hub.ca_certificate_pem().unwrap();
+    use rustls::pki_types::pem::PemObject as _;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let mut idle = Vec::new();
+    for (_, addr) in ports {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let started = std::time::Instant::now();
+    let mut handshakes = tokio::task::JoinSet::new();
+    for (name, addr) in ports {
+        for _ in 0..5 {
+            let connector = connector.clone();
+            handshakes.spawn(async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let name_ = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                tokio::time::timeout(Duration::from_secs(5), connector.connect(name_, tcp))
+                    .await
+                    .unwrap_or_else(|_| panic!("a TLS handshake on the {name} port stalled"))
+                    .unwrap_or_else(|e| panic!("a TLS handshake on the {name} port failed: {e}"));
+                started.elapsed()
+            });
+        }
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(done) = handshakes.join_next().await {
+        slowest = slowest.max(done.unwrap());
+    }
+    println!("15 TLS handshakes on the hub's ports within {slowest:?} beside idle sockets");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    for (socket, (name, _)) in idle.iter_mut().zip(ports) {
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(20), socket.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("the idle socket on the {name} port was not closed"));
+        assert!(matches!(read, Ok(0) | Err(_)), "{name}: {read:?}");
+    }
+    hub_server.shutdown().await;
+}
