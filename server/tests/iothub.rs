@@ -228,6 +228,35 @@ async fn sas_tokens_and_user_names_are_checked() {
     let code = refusal(connect_with(options(addr, "dev1", &username, &other_device, true)).await);
     assert_eq!(code, ConnectReturnCode::NotAuthorized);
 
+    // A token of a shared access policy with DeviceConnect, for this device, connects (as on
+    // IoT Hub); one of a policy without it, or for the whole hub, does not.
+    let policy_token = |policy: &str, resource: &str| {
+        let key = hub.policy(policy).unwrap().primary_key;
+        format!(
+            "{}&skn={policy}",
+            sas::generate(resource, &key, in_an_hour).unwrap()
+        )
+    };
+    let device = connect_with(options(
+        addr,
+        "dev1",
+        &username,
+        &policy_token("device", &resource),
+        true,
+    ))
+    .await
+    .unwrap();
+    drop(device);
+    for (policy, scope) in [("registryRead", resource.as_str()), ("device", "localhost")] {
+        let token = policy_token(policy, scope);
+        let code = refusal(connect_with(options(addr, "dev1", &username, &token, true)).await);
+        assert_eq!(
+            code,
+            ConnectReturnCode::NotAuthorized,
+            "{policy} for {scope}"
+        );
+    }
+
     for bad_username in [
         "otherhub.azure-devices.net/dev1/?api-version=2021-04-12",
         "localhost/dev2/?api-version=2021-04-12",

@@ -21,7 +21,7 @@ use super::message::{
     C2dMessage, FeedbackBatch, FeedbackRecord, QueueInfo, SendReceipt, TelemetryMessage,
     format_time,
 };
-use super::policies::{self, Policies, ServiceGrant, SharedAccessPolicy};
+use super::policies::{self, Policies, Right, ServiceGrant, SharedAccessPolicy};
 use super::properties::Property;
 use super::queue::{self, DeviceQueue, LockedMessage, Now, Outcome, Settlement};
 use super::registry::{Device, DeviceSpec, DeviceStatus, DeviceUpdate, Identity, new_etag};
@@ -49,6 +49,10 @@ struct Connection {
     id: u64,
     tx: mpsc::UnboundedSender<ToConnection>,
     clean_session: bool,
+    /// An AMQP connection: its links take messages by lock token ([`IotHub::receive_locked`]),
+    /// so [`IotHub::pump`] pushes nothing to it (a kept MQTT session is left for a later MQTT
+    /// connection).
+    by_lock_token: bool,
 }
 
 /// The device's subscription to its device-bound topic.
@@ -411,6 +415,58 @@ impl IotHub {
         self.inner
             .policies
             .authenticate(token, &self.inner.config.hostname, SystemTime::now())
+    }
+
+    /// Checks a device's SAS token, whatever the transport (MQTT password, AMQP `put-token`,
+    /// HTTPS `Authorization`): for `{host}/devices/{id}`, not expired, signed with the device's
+    /// primary or secondary key, or (with `skn`) with the key of a shared access policy that
+    /// has DeviceConnect, as IoT Hub allows; the device registered and enabled. Returns when
+    /// the token expires. Every refusal is [`IotHubError::Unauthorized`] with the reason.
+    pub fn authenticate_device(
+        &self,
+        token: &str,
+        device_id: &str,
+    ) -> Result<SystemTime, IotHubError> {
+        let unauthorized = |why: String| IotHubError::Unauthorized(why);
+        let device = self
+            .device(device_id)
+            .map_err(|_| unauthorized(format!("device {device_id:?} is not registered")))?;
+        if device.status == DeviceStatus::Disabled {
+            return Err(unauthorized(format!("device {device_id:?} is disabled")));
+        }
+        self.check_device_token(&device, token, SystemTime::now())
+    }
+
+    /// [`IotHub::authenticate_device`] for a device already looked up (the caller may hold
+    /// the state lock: this takes no lock).
+    fn check_device_token(
+        &self,
+        device: &Device,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<SystemTime, IotHubError> {
+        let unauthorized = |e: IotHubError| match e {
+            IotHubError::Unauthorized(_) => e,
+            other => IotHubError::Unauthorized(other.to_string()),
+        };
+        let resource = sas::device_resource(&self.inner.config.hostname, &device.device_id);
+        let parsed = sas::SasToken::parse(token).map_err(unauthorized)?;
+        if parsed.key_name.is_none() {
+            return sas::validate(
+                token,
+                &resource,
+                &[&device.primary_key, &device.secondary_key],
+                now,
+            )
+            .map(|t| t.expires_at())
+            .map_err(unauthorized);
+        }
+        let grant = self
+            .inner
+            .policies
+            .authenticate_for(token, &resource, now)?;
+        grant.require(Right::DeviceConnect)?;
+        Ok(grant.expires_at)
     }
 
     /// The shared access policy named `name`, with its keys.
@@ -783,7 +839,7 @@ impl IotHub {
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
         };
-        let Some(connection) = &device.connection else {
+        let Some(connection) = device.connection.as_ref().filter(|c| !c.by_lock_token) else {
             return;
         };
         let at_most_once = match device.session {
@@ -1071,13 +1127,9 @@ impl IotHub {
         }
         let password = password
             .ok_or_else(|| ConnectRefusal::NotAuthorized("no password (SAS token)".into()))?;
-        let token = sas::validate(
-            password,
-            &sas::device_resource(hostname, client_id),
-            &[&device.device.primary_key, &device.device.secondary_key],
-            now.utc,
-        )
-        .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?;
+        let token_expires = self
+            .check_device_token(&device.device, password, now.utc)
+            .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?;
         let id = state.next_connection;
         state.next_connection += 1;
         let Some(device) = state.devices.get_mut(client_id) else {
@@ -1090,6 +1142,7 @@ impl IotHub {
             id,
             tx,
             clean_session,
+            by_lock_token: false,
         });
         device.connection_changed = Some(now.utc);
         device.last_activity = Some(now.utc);
@@ -1116,9 +1169,58 @@ impl IotHub {
         Ok(Connected {
             id,
             session_present,
-            token_expires: token.expires_at(),
+            token_expires,
             rx,
         })
+    }
+
+    /// A device opened its first link over AMQP (its token was checked on `$cbs`): registers
+    /// the connection as the device's one connection, closing the previous one, MQTT or AMQP,
+    /// as IoT Hub allows one connection per device id across transports. The AMQP links take
+    /// messages with [`IotHub::receive_locked`]; a kept MQTT session stays for a later MQTT
+    /// connection. End it with [`IotHub::disconnected`]; the receiver gets
+    /// [`ToConnection::Close`] when another connection takes over.
+    pub(crate) fn connect_by_lock_token(
+        &self,
+        device_id: &str,
+    ) -> Result<(u64, mpsc::UnboundedReceiver<ToConnection>), IotHubError> {
+        let now = Now::current();
+        let mut state = self.state();
+        let id = state.next_connection;
+        let device = state
+            .devices
+            .get_mut(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        if device.device.status == DeviceStatus::Disabled {
+            return Err(IotHubError::Unauthorized(format!(
+                "device {device_id:?} is disabled"
+            )));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let previous = device.connection.replace(Connection {
+            id,
+            tx,
+            clean_session: false,
+            by_lock_token: true,
+        });
+        device.connection_changed = Some(now.utc);
+        device.last_activity = Some(now.utc);
+        let mut outcomes = Vec::new();
+        if let Some(old) = previous {
+            let _ = old.tx.send(ToConnection::Close(
+                "a new connection with the same device id took over".into(),
+            ));
+            outcomes =
+                device
+                    .queue
+                    .release_connection(old.id, now, self.inner.config.max_delivery_count);
+        }
+        let generation = device.device.generation_id.clone();
+        state.next_connection += 1;
+        self.record_outcomes(&mut state, device_id, &generation, outcomes, now);
+        drop(state);
+        self.changed();
+        Ok((id, rx))
     }
 
     /// The device subscribed to its device-bound topic, granted `subscription`.

@@ -15,6 +15,8 @@
 //! Every request carries `Authorization: SharedAccessSignature sr={host}&sig=..&se=..&skn=..`
 //! (a service token, checked against the hub's shared access policies) and an `api-version`
 //! query parameter (the SDKs always send one). Device ids in paths are percent-encoded.
+//! The device API served beside it (receive, settle, telemetry: [`device`], in
+//! `rest_device.rs`) takes device tokens instead, so this check is not applied there.
 //!
 //! Errors use IoT Hub's body, `{"Message":"ErrorCode:{code};{text}","ExceptionMessage":..}`
 //! and `iothub-errorcode` header: the Node SDK reads the code from `Message` (its
@@ -41,6 +43,11 @@ use super::message::format_time;
 use super::policies::Right;
 use super::registry::{DeviceStatus, DeviceUpdate, Identity};
 
+// The device API (device tokens, not service ones) is a child module so that it shares this
+// module's error body and api-version check without widening their visibility.
+#[path = "rest_device.rs"]
+mod device;
+
 /// What IoT Hub reports for a time that never happened (a device that never connected).
 const NEVER: &str = "0001-01-01T00:00:00Z";
 /// The most devices `GET /devices` returns; IoT Hub treats a `top` outside 1..=1000 as 1000.
@@ -59,6 +66,7 @@ pub(crate) fn router(hub: IotHub) -> Router {
         .route("/devices/{id}/commands", delete(purge))
         .route("/statistics/devices", get(device_statistics))
         .route("/statistics/service", get(service_statistics))
+        .merge(device::routes())
         .fallback(not_found)
         .with_state(hub)
 }
@@ -86,7 +94,9 @@ impl From<IotHubError> for RestError {
         let status = match &e {
             IotHubError::DeviceNotFound(_) => StatusCode::NOT_FOUND,
             IotHubError::DeviceAlreadyExists(_) => StatusCode::CONFLICT,
-            IotHubError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+            IotHubError::PreconditionFailed(_) | IotHubError::MessageLockLost { .. } => {
+                StatusCode::PRECONDITION_FAILED
+            }
             IotHubError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
             IotHubError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

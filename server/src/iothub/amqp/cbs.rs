@@ -11,7 +11,14 @@
 //!   link from `$cbs`: correlation id = the request's message id (same AMQP type: uamqp matches
 //!   a ulong), application properties `status-code` (an AMQP int: uamqp reads an int, Node
 //!   wants 200 exactly) and `status-description`.
+//! - Device tokens (`sr={host}/devices/{id}`, signed with the device's key, as the device SDKs
+//!   put them: Node `putToken(sr, token)` in azure-iot-device-amqp `amqp.js`, state
+//!   `authenticating`) are claims for that device's links only, checked as an MQTT CONNECT's
+//!   password is (`sas::validate` against the primary and secondary key); a token of a policy
+//!   with DeviceConnect (`skn`) scoped to the device counts too. Each device's claims expire on
+//!   their own ([`Cbs::device_expiry`]).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -28,6 +35,7 @@ use super::convert;
 use crate::iothub::IotHub;
 use crate::iothub::error::IotHubError;
 use crate::iothub::policies::{Right, ServiceGrant};
+use crate::iothub::sas::SasToken;
 
 /// The token types the hub accepts (the SDKs send the first; the second is IoT Hub's own).
 const SAS_TOKEN_TYPES: [&str; 2] = [
@@ -82,6 +90,9 @@ pub(super) struct Cbs {
     hub: IotHub,
     grants: Mutex<Vec<ServiceGrant>>,
     expiry: watch::Sender<Option<SystemTime>>,
+    /// Per device id: when its latest valid device token expires (links of that device
+    /// watch it and detach when it passes).
+    devices: Mutex<HashMap<String, watch::Sender<Option<SystemTime>>>>,
     replies: Mutex<Replies>,
 }
 
@@ -104,6 +115,7 @@ impl Cbs {
             hub,
             grants: Mutex::new(Vec::new()),
             expiry: watch::Sender::new(None),
+            devices: Mutex::new(HashMap::new()),
             replies: Mutex::new(Replies { tx, rx: Some(rx) }),
         })
     }
@@ -126,6 +138,51 @@ impl Cbs {
                 "no valid SAS token was put on $cbs for this connection (or it expired)".into(),
             )
         }))
+    }
+
+    /// Whether a valid device token for `device_id` was put on this connection: the device's
+    /// links (C2D receive, telemetry send) need one; the error says why not.
+    pub(super) fn authorize_device(&self, device_id: &str) -> Result<(), IotHubError> {
+        let now = SystemTime::now();
+        let valid = relock(&self.devices)
+            .get(device_id)
+            .and_then(|w| *w.borrow())
+            .is_some_and(|at| at > now);
+        if valid {
+            Ok(())
+        } else {
+            Err(IotHubError::Unauthorized(format!(
+                "no valid SAS token for device {device_id:?} was put on $cbs for this \
+                 connection (or it expired)"
+            )))
+        }
+    }
+
+    /// Follows when the claims for `device_id` expire (a renewal moves the deadline).
+    pub(super) fn device_expiry(&self, device_id: &str) -> watch::Receiver<Option<SystemTime>> {
+        relock(&self.devices)
+            .entry(device_id.to_owned())
+            .or_insert_with(|| watch::Sender::new(None))
+            .subscribe()
+    }
+
+    fn add_device_grant(&self, device_id: String, expires_at: SystemTime) {
+        let now = SystemTime::now();
+        let mut devices = relock(&self.devices);
+        let slot = devices
+            .entry(device_id)
+            .or_insert_with(|| watch::Sender::new(None));
+        slot.send_if_modified(|at| {
+            // The latest valid token wins: a renewal with an earlier expiry does not shorten
+            // the claims a still-valid one gave.
+            let latest = match *at {
+                Some(current) if current > now && current >= expires_at => current,
+                _ => expires_at,
+            };
+            let changed = *at != Some(latest);
+            *at = Some(latest);
+            changed
+        });
     }
 
     /// Follows when the connection's ServiceConnect claims expire.
@@ -184,6 +241,18 @@ impl Cbs {
                      token: servicebus.windows.net:sastoken)"
                 ),
             )
+        } else if let Some(token) = token.as_deref().filter(|t| is_device_token(t)) {
+            match authenticate_device(&self.hub, token) {
+                Ok((device, expires_at)) => {
+                    tracing::debug!(%device, %audience, "iothub amqp: device put-token accepted");
+                    self.add_device_grant(device, expires_at);
+                    (200, "OK".to_owned())
+                }
+                Err(e) => {
+                    tracing::info!(%audience, error = %e, "iothub amqp: device put-token refused");
+                    (401, e.to_string())
+                }
+            }
         } else if let Some(token) = token {
             match self.hub.authenticate_service(&token) {
                 Ok(grant) => {
@@ -233,6 +302,45 @@ impl Cbs {
         replies.tx = tx;
         rx
     }
+}
+
+/// Whether `token` is for a device (`sr={host}/devices/...`) rather than the hub (service
+/// tokens have `sr={host}`). An unparsable token goes the service way, which says why.
+fn is_device_token(token: &str) -> bool {
+    SasToken::parse(token).is_ok_and(|t| t.resource.to_ascii_lowercase().contains("/devices/"))
+}
+
+/// Checks a device token: the device is the one its `sr` names (`{host}/devices/{id}`, the id
+/// URL-encoded or not), then [`IotHub::authenticate_device`]. Returns the device id and the
+/// token's expiry; every refusal is [`IotHubError::Unauthorized`] with the reason (the
+/// put-token reply's 401).
+fn authenticate_device(hub: &IotHub, token: &str) -> Result<(String, SystemTime), IotHubError> {
+    let unauthorized = |why: String| IotHubError::Unauthorized(why);
+    let parsed = SasToken::parse(token).map_err(|e| unauthorized(e.to_string()))?;
+    let host = &hub.config().hostname;
+    let resource = parsed
+        .resource
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
+    let raw = convert::strip_prefix_ci(resource, &format!("{host}/devices/")).ok_or_else(|| {
+        unauthorized(format!(
+            "the SAS token is for {:?}, not a device of the hub {host:?}",
+            parsed.resource
+        ))
+    })?;
+    if raw.is_empty() || raw.contains('/') {
+        return Err(unauthorized(format!(
+            "the SAS token is for {:?}: the local hub serves devices \
+             ({host}/devices/{{id}}), not modules",
+            parsed.resource
+        )));
+    }
+    let device = convert::device_candidates(raw)
+        .iter()
+        .find_map(|id| hub.device(id).ok())
+        .ok_or_else(|| unauthorized(format!("device {raw:?} is not registered")))?;
+    let expires = hub.authenticate_device(token, &device.device_id)?;
+    Ok((device.device_id, expires))
 }
 
 /// Serves the client's sender link to `$cbs`: each message is a request, accepted, answered.

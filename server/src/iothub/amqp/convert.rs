@@ -6,12 +6,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, LinkError};
 use fe2o3_amqp::types::messaging::{
-    Body, Data, Header, Message, MessageAnnotations, MessageId, Properties,
+    ApplicationProperties, Body, Data, Header, Message, MessageAnnotations, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
 
 use crate::iothub::error::IotHubError;
-use crate::iothub::message::{Ack, C2dMessage, FEEDBACK_CONTENT_TYPE, FeedbackBatch};
+use crate::iothub::message::{Ack, C2dMessage, FEEDBACK_CONTENT_TYPE, FeedbackBatch, format_time};
+use crate::iothub::properties::Property;
+use crate::iothub::queue::LockedMessage;
 
 /// The condition SDKs map to their argument errors (Node `ArgumentError`).
 const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
@@ -129,7 +131,7 @@ pub(super) fn device_candidates(raw: &str) -> Vec<String> {
     out
 }
 
-fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+pub(super) fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| s.get(prefix.len()..))
@@ -246,6 +248,165 @@ pub(super) fn feedback_message(batch: &FeedbackBatch) -> Result<Message<Data>, I
         .properties(properties)
         .data(Data(Binary::from(json)))
         .build())
+}
+
+/// Milliseconds since the Unix epoch, as an AMQP timestamp.
+fn timestamp(at: SystemTime) -> Timestamp {
+    let millis = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Timestamp::from_milliseconds(millis)
+}
+
+/// A lock token's GUID text (`xxxxxxxx-xxxx-...`) as an AMQP uuid, its bytes in text order.
+fn lock_token_uuid(token: &str) -> Option<Value> {
+    let hex: String = token.chars().filter(|c| *c != '-').collect();
+    let n = u128::from_str_radix(&hex, 16)
+        .ok()
+        .filter(|_| hex.len() == 32)?;
+    Some(Value::Uuid(n.to_be_bytes().into()))
+}
+
+/// A cloud-to-device message as IoT Hub hands it to a device on
+/// `/devices/{id}/messages/devicebound`: the service's properties (message id, correlation id
+/// and user id, content type and encoding; `to` the device's devicebound address, absolute
+/// expiry time the resolved expiry), the ack mode as the `iothub-ack` application property
+/// beside the service's own (Node's `AmqpMessage.toMessage` reads it into `message.ack`), the
+/// header's delivery count (prior deliveries: Node exposes it as
+/// `message.transportObj.delivery_count`) and the annotations IoT Hub sets: `iothub-enqueuedtime`,
+/// `x-opt-sequence-number`, `x-opt-lock-token` (what the .NET device SDK takes the lock
+/// token from; the delivery tag is fe2o3's own, so it is not the lock token here).
+pub(super) fn device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
+    let m = &locked.message;
+    let mut properties = Properties::builder()
+        .to(format!("/devices/{device_id}/messages/devicebound"))
+        .absolute_expiry_time(timestamp(locked.expiry_time))
+        .build();
+    properties.message_id = m.message_id.clone().map(MessageId::String);
+    properties.correlation_id = m.correlation_id.clone().map(MessageId::String);
+    properties.user_id = m.user_id.clone().map(|u| Binary::from(u.into_bytes()));
+    properties.content_type = m.content_type.clone().map(Symbol::from);
+    properties.content_encoding = m.content_encoding.clone().map(Symbol::from);
+    let mut app = ApplicationProperties::builder();
+    if m.ack != Ack::None {
+        app = app.insert("iothub-ack", SimpleValue::String(m.ack.as_str().to_owned()));
+    }
+    for (name, value) in &m.properties {
+        let value = value.clone().map_or(SimpleValue::Null, SimpleValue::String);
+        app = app.insert(name.clone(), value);
+    }
+    let mut annotations = MessageAnnotations::builder()
+        .insert(
+            Symbol::from("iothub-enqueuedtime"),
+            Value::Timestamp(timestamp(locked.enqueued_time)),
+        )
+        .insert(
+            Symbol::from("x-opt-sequence-number"),
+            Value::Long(i64::try_from(locked.sequence_number).unwrap_or(i64::MAX)),
+        );
+    if let Some(uuid) = lock_token_uuid(&locked.lock_token) {
+        annotations = annotations.insert(Symbol::from("x-opt-lock-token"), uuid);
+    }
+    Message::builder()
+        .header(
+            Header::builder()
+                .durable(true)
+                .delivery_count(locked.delivery_count.saturating_sub(1))
+                .build(),
+        )
+        .message_annotations(annotations.build())
+        .properties(properties)
+        .application_properties(app.build())
+        .data(Data(Binary::from(m.payload.to_vec())))
+        .build()
+}
+
+/// A device's telemetry message on `/devices/{id}/messages/events` as the property bag the
+/// MQTT endpoint reads from a telemetry topic, and its body: the AMQP properties become the
+/// system properties the MQTT device SDKs write (`$.mid`, `$.cid`, `$.uid`, `$.to`, `$.ct`,
+/// `$.ce`, `$.exp` in RFC 3339 as Node's `toISOString`: azure-iot-device-mqtt `mqtt.js`
+/// `_getTopicWithProperties`), the annotations Node sets from a message (`iothub-interface-id`
+/// -> `$.ifid`, `dt-subject` -> `$.sub`: azure-iot-amqp-base `amqp_message.js` `fromMessage`),
+/// and the application properties stay as they are. A body over `max` bytes is refused with
+/// [`IotHubError::PayloadTooLarge`] (`amqp:link:message-size-exceeded`).
+pub(super) fn telemetry(
+    message: Message<Body<Value>>,
+    max: usize,
+) -> Result<(Vec<Property>, Vec<u8>), IotHubError> {
+    let body = body_bytes(message.body)?;
+    if body.len() > max {
+        return Err(IotHubError::PayloadTooLarge {
+            size: body.len(),
+            max,
+        });
+    }
+    let mut bag: Vec<Property> = Vec::new();
+    let properties = message.properties.unwrap_or_default();
+    let mut system = |name: &str, value: Option<String>| {
+        if let Some(v) = value {
+            bag.push((name.to_owned(), Some(v)));
+        }
+    };
+    system(
+        "$.mid",
+        properties.message_id.as_ref().map(id_text).transpose()?,
+    );
+    system(
+        "$.cid",
+        properties
+            .correlation_id
+            .as_ref()
+            .map(id_text)
+            .transpose()?,
+    );
+    system(
+        "$.uid",
+        properties
+            .user_id
+            .map(|u| String::from_utf8(u.into_vec()))
+            .transpose()
+            .map_err(|_| IotHubError::invalid("the user id must be UTF-8 text"))?,
+    );
+    system("$.to", properties.to);
+    system("$.ct", properties.content_type.map(|s| s.0));
+    system("$.ce", properties.content_encoding.map(|s| s.0));
+    if let Some(at) = properties.absolute_expiry_time {
+        let millis = u64::try_from(at.milliseconds())
+            .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
+        system(
+            "$.exp",
+            Some(format_time(UNIX_EPOCH + Duration::from_millis(millis))),
+        );
+    }
+    if let Some(annotations) = &message.message_annotations {
+        for (key, name) in [("iothub-interface-id", "$.ifid"), ("dt-subject", "$.sub")] {
+            let value = annotations
+                .0
+                .iter()
+                .find(|(k, _)| annotation_key(k) == Some(key))
+                .map(|(_, v)| v);
+            let text = match value {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Symbol(s)) => Some(s.0.clone()),
+                _ => None,
+            };
+            system(name, text);
+        }
+    }
+    if let Some(app) = message.application_properties {
+        for (name, value) in app.0.iter() {
+            bag.push((name.clone(), property_text(name, value)?));
+        }
+    }
+    Ok((bag, body))
+}
+
+/// A message annotation's key as text (annotation keys are symbols, or ulongs).
+fn annotation_key(key: &fe2o3_amqp::types::messaging::annotations::OwnedKey) -> Option<&str> {
+    match key {
+        fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s) => Some(s.0.as_str()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,20 @@
 //! - `/messages/devicebound` ([`devicebound`]) and `/messages/serviceBound/feedback`
 //!   ([`feedback`]): need a put-token with ServiceConnect first, else they are refused with
 //!   `amqp:unauthorized-access`;
+//! - a device's `/devices/{id}/messages/devicebound` (it receives) and
+//!   `/devices/{id}/messages/events` (it sends telemetry) ([`device`]): need a put-token of
+//!   that device first, else they are refused with `amqp:unauthorized-access`;
+//! - a device's twin (`/devices/{id}/twin`) and direct method (`/devices/{id}/methods/devicebound`)
+//!   links: refused with `amqp:not-implemented` (the local hub has neither), which the Node
+//!   device SDK reports at once (`getTwin` calls back with `NotImplementedError`) rather than
+//!   waiting; its AMQP base layer then treats the link error as a connection error and tears
+//!   the connection down (azure-iot-amqp-base `sender_link.js`: `error-indicated` in state
+//!   `attached`, since rhea reports our attach reply as `sender_open` first);
 //! - anything else is refused with `amqp:not-found`.
 
 mod cbs;
 mod convert;
+mod device;
 mod devicebound;
 mod feedback;
 
@@ -29,7 +39,7 @@ use fe2o3_amqp::acceptor::{
     ListenerSessionHandle, SessionAcceptor, SupportedReceiverSettleModes,
 };
 use fe2o3_amqp::types::definitions::ReceiverSettleMode;
-use fe2o3_amqp::types::definitions::{AmqpError, Role};
+use fe2o3_amqp::types::definitions::{self, AmqpError, Role};
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::Attach;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -38,6 +48,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use super::IotHub;
+use super::error::IotHubError;
 use cbs::Cbs;
 
 /// How long a client has for the TLS handshake and its AMQP header.
@@ -188,6 +199,7 @@ async fn connection(
     };
     tracing::debug!(%peer, "iothub amqp: connection opened");
     let cbs = Cbs::new(hub.clone());
+    let devices = device::Devices::new(hub.clone());
     let sessions = SessionAcceptor::new();
     loop {
         let incoming = tokio::select! {
@@ -201,7 +213,8 @@ async fn connection(
         {
             Ok(session) => {
                 let (hub, cbs, stop) = (hub.clone(), cbs.clone(), stop.clone());
-                tokio::spawn(async move { serve_session(hub, cbs, session, stop).await });
+                let devices = devices.clone();
+                tokio::spawn(async move { serve_session(hub, cbs, devices, session, stop).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "iothub amqp: session refused");
@@ -240,12 +253,43 @@ enum Node {
     CbsReplies,
     DeviceBound,
     Feedback,
+    /// A device receives its messages (the raw id of the address).
+    DeviceMessages(String),
+    /// A device sends telemetry.
+    DeviceEvents(String),
+}
+
+/// A device's node: `/devices/{id}/{rest}` as (raw id, rest in lower case); the id is kept as
+/// written (the device SDKs do not URL-encode it; [`convert::device_candidates`] tries both).
+fn device_node(address: &str) -> Option<(String, String)> {
+    let rest = convert::strip_prefix_ci(address, "/devices/")?;
+    let (id, what) = rest.split_once('/')?;
+    (!id.is_empty()).then(|| (id.to_owned(), what.to_ascii_lowercase()))
+}
+
+/// The device a device link is for: the first form of `raw` this connection has a valid
+/// device token for (the error says none has).
+fn authorized_device(cbs: &Cbs, raw: &str) -> Result<String, definitions::Error> {
+    let candidates = convert::device_candidates(raw);
+    let mut refusal = None;
+    for id in candidates {
+        match cbs.authorize_device(&id) {
+            Ok(()) => return Ok(id),
+            Err(e) => {
+                refusal.get_or_insert(e);
+            }
+        }
+    }
+    Err(convert::hub_error(&refusal.unwrap_or_else(|| {
+        IotHubError::Unauthorized(format!("no device token for {raw:?}"))
+    })))
 }
 
 /// Accepts the links of one session, each served by its own task.
 async fn serve_session(
     hub: IotHub,
     cbs: Arc<Cbs>,
+    devices: Arc<device::Devices>,
     mut session: ListenerSessionHandle,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -264,11 +308,27 @@ async fn serve_session(
         let Some(attach) = attach else { break };
         let address = node(&attach).unwrap_or_default();
         let role = attach.role.clone();
-        let wanted = match (address.to_ascii_lowercase().as_str(), &role) {
-            ("$cbs", Role::Sender) => Ok(Node::CbsRequests),
-            ("$cbs", Role::Receiver) => Ok(Node::CbsReplies),
-            ("/messages/devicebound", Role::Sender) => Ok(Node::DeviceBound),
-            ("/messages/servicebound/feedback", Role::Receiver) => Ok(Node::Feedback),
+        let device = device_node(&address);
+        let wanted = match (address.to_ascii_lowercase().as_str(), &role, device) {
+            ("$cbs", Role::Sender, _) => Ok(Node::CbsRequests),
+            ("$cbs", Role::Receiver, _) => Ok(Node::CbsReplies),
+            ("/messages/devicebound", Role::Sender, _) => Ok(Node::DeviceBound),
+            ("/messages/servicebound/feedback", Role::Receiver, _) => Ok(Node::Feedback),
+            (_, Role::Receiver, Some((id, what))) if what == "messages/devicebound" => {
+                Ok(Node::DeviceMessages(id))
+            }
+            (_, Role::Sender, Some((id, what))) if what == "messages/events" => {
+                Ok(Node::DeviceEvents(id))
+            }
+            (_, _, Some((_, what))) if what == "twin" || what == "methods/devicebound" => {
+                Err(convert::error(
+                    AmqpError::NotImplemented,
+                    format!(
+                        "{address}: device twins and direct methods are not supported by this \
+                         local IoT Hub (mqstate serves cloud-to-device messages and telemetry)"
+                    ),
+                ))
+            }
             _ => Err(convert::error(
                 AmqpError::NotFound,
                 format!("the hub has no node {address:?} for this link"),
@@ -279,7 +339,18 @@ async fn serve_session(
                 .authorize()
                 .map(|()| n)
                 .map_err(|e| convert::hub_error(&e)),
+            Node::DeviceMessages(raw) => authorized_device(&cbs, &raw).map(Node::DeviceMessages),
+            Node::DeviceEvents(raw) => authorized_device(&cbs, &raw).map(Node::DeviceEvents),
             n => Ok(n),
+        });
+        // A device's first link makes this the device's one connection (closing its MQTT or
+        // other AMQP connection); refused when the device is gone or disabled.
+        let wanted = wanted.and_then(|n| match &n {
+            Node::DeviceMessages(id) | Node::DeviceEvents(id) => devices
+                .join(id)
+                .map(|member| (n, Some(member)))
+                .map_err(|e| convert::hub_error(&e)),
+            _ => Ok((n, None)),
         });
         let link = match links.accept_incoming_attach(attach, &mut session).await {
             Ok(link) => link,
@@ -290,6 +361,16 @@ async fn serve_session(
         };
         let (hub, cbs, stop) = (hub.clone(), cbs.clone(), stop.clone());
         match (wanted, link) {
+            (Ok((Node::DeviceMessages(id), Some(member))), LinkEndpoint::Sender(s)) => {
+                tracing::debug!(device = %id, "iothub amqp: device C2D link attached");
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(device::serve_devicebound(hub, member, expiry, s, stop));
+            }
+            (Ok((Node::DeviceEvents(id), Some(member))), LinkEndpoint::Receiver(r)) => {
+                tracing::debug!(device = %id, "iothub amqp: device telemetry link attached");
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(device::serve_events(hub, member, expiry, r, stop));
+            }
             (Err(refusal), link) => {
                 tracing::info!(%address, error = %refusal, "iothub amqp: link refused");
                 let closed = match link {
@@ -300,17 +381,17 @@ async fn serve_session(
                     tracing::debug!(error = %e, "iothub amqp: refused link closed uncleanly");
                 }
             }
-            (Ok(Node::CbsRequests), LinkEndpoint::Receiver(r)) => {
+            (Ok((Node::CbsRequests, _)), LinkEndpoint::Receiver(r)) => {
                 tokio::spawn(cbs::serve_requests(cbs, r, stop));
             }
-            (Ok(Node::CbsReplies), LinkEndpoint::Sender(s)) => {
+            (Ok((Node::CbsReplies, _)), LinkEndpoint::Sender(s)) => {
                 tokio::spawn(cbs::serve_replies(cbs, s, stop));
             }
-            (Ok(Node::DeviceBound), LinkEndpoint::Receiver(r)) => {
+            (Ok((Node::DeviceBound, _)), LinkEndpoint::Receiver(r)) => {
                 tracing::debug!("iothub amqp: C2D link attached");
                 tokio::spawn(devicebound::serve(hub, cbs, r, stop));
             }
-            (Ok(Node::Feedback), LinkEndpoint::Sender(s)) => {
+            (Ok((Node::Feedback, _)), LinkEndpoint::Sender(s)) => {
                 tracing::debug!("iothub amqp: feedback link attached");
                 tokio::spawn(feedback::serve(hub, cbs, s, stop));
             }
