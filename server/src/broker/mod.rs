@@ -13,7 +13,7 @@
 //! as the authoritative client id.
 
 pub(crate) mod admission;
-mod tls;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;

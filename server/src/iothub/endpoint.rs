@@ -99,15 +99,10 @@ pub(crate) async fn run(
         tokio::spawn(async move {
             let result = match tls {
                 Some(acceptor) => {
-                    match tokio::time::timeout(
-                        hub.config().connect_timeout,
-                        acceptor.accept(stream),
-                    )
-                    .await
-                    {
-                        Ok(Ok(tls_stream)) => serve(hub, tls_stream, stop).await,
-                        Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
-                        Err(_) => Err("TLS handshake timed out".to_owned()),
+                    let limit = hub.config().connect_timeout;
+                    match super::tls::handshake(&acceptor, stream, limit).await {
+                        Ok(tls_stream) => serve(hub, tls_stream, stop).await,
+                        Err(e) => Err(e),
                     }
                 }
                 None => serve(hub, stream, stop).await,

@@ -1,8 +1,9 @@
 //! The hub's HTTPS server: IoT Hub's REST API ([`super::rest`]) over TLS and HTTP/1.1, as
 //! the service SDKs reach it (they only speak HTTPS).
 //!
-//! Each TLS handshake runs on the connection's own task with the broker's timeout (10 s), so a silent or slow peer delays only itself;
-//! request heads have the same deadline (no slowloris). `axum::serve` cannot be used: it only
+//! Each TLS handshake runs on the connection's own task with the broker's timeout (10 s,
+//! [`HANDSHAKE_TIMEOUT`]), so a silent or slow peer delays only itself; request heads have the
+//! same deadline (no slowloris). `axum::serve` cannot be used: it only
 //! takes plain listeners. On stop, the server accepts no more connections, lets each one
 //! finish its request in flight (keep-alive connections close) and returns when they have.
 
@@ -17,9 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a TLS handshake, and then each request head, may take: the embedded broker's
-/// TLS listener allows the same (`broker/tls.rs`, private to the broker).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use super::tls::HANDSHAKE_TIMEOUT;
 
 /// Serves `router` over TLS on `listener` until `stop` turns true, then waits for the
 /// connections' requests in flight.
@@ -71,17 +70,13 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let handshake = tokio::select! {
-        result = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)) => result,
+        result = super::tls::handshake(&tls, stream, HANDSHAKE_TIMEOUT) => result,
         _ = stop.changed() => return,
     };
     let stream = match handshake {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            tracing::info!(%peer, error = %e, "iothub: HTTPS TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::info!(%peer, timeout = ?HANDSHAKE_TIMEOUT, "iothub: HTTPS TLS handshake timed out");
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::info!(%peer, error = %e, "iothub: HTTPS connection refused");
             return;
         }
     };

@@ -4,10 +4,13 @@
 //! there), so without device TLS a certificate is generated for them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 
 use super::config::DeviceTls;
 use super::error::IotHubError;
@@ -52,4 +55,23 @@ pub(crate) fn acceptor(
         .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
         .map_err(|e| IotHubError::Io(format!("TLS configuration: {e}")))?;
     Ok(Some((TlsAcceptor::from(Arc::new(config)), pem)))
+}
+
+/// How long a client of the hub's HTTPS and AMQP listeners has for its TLS handshake: what
+/// the broker's TLS listener allows.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = crate::broker::tls::HANDSHAKE_TIMEOUT;
+
+/// The TLS handshake of one accepted connection, given at most `limit`. Each listener runs it
+/// on the connection's own task, so a silent peer delays only itself (docs/security.md,
+/// threat model). The error says whether it failed or timed out.
+pub(crate) async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    acceptor: &TlsAcceptor,
+    stream: S,
+    limit: Duration,
+) -> Result<TlsStream<S>, String> {
+    match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Ok(tls),
+        Ok(Err(e)) => Err(format!("TLS handshake: {e}")),
+        Err(_) => Err(format!("TLS handshake timed out after {limit:?}")),
+    }
 }

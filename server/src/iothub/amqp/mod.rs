@@ -51,8 +51,8 @@ use super::IotHub;
 use super::error::IotHubError;
 use cbs::Cbs;
 
-/// How long a client has for the TLS handshake and its AMQP header.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+// How long a client has for the TLS handshake, then for its AMQP header, then for its open.
+use super::tls::HANDSHAKE_TIMEOUT;
 
 /// Our idle timeout: the SDKs then send heartbeats (uamqp every 120 s anyway), and a silent
 /// peer is dropped.
@@ -143,10 +143,7 @@ async fn open(
     tcp: TcpStream,
     tls: TlsAcceptor,
 ) -> Result<ListenerConnectionHandle, String> {
-    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp))
-        .await
-        .map_err(|_| "TLS handshake timed out".to_owned())?
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let mut stream = super::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT).await?;
     let mut head = [0u8; 8];
     tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut head))
         .await
