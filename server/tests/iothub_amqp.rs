@@ -11,7 +11,6 @@
     clippy::indexing_slicing
 )]
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
@@ -24,8 +23,6 @@ use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Valu
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use mqstate_server::iothub::policies::service_token;
 use mqstate_server::iothub::{Ack, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 
 async fn start(config: IotHubConfig) -> (IotHubServer, IotHub) {
     let server = IotHubServer::start(config).await.unwrap();
@@ -67,19 +64,10 @@ impl Client {
     async fn tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let addr = hub.endpoints().amqp_endpoint.expect("the AMQP endpoint");
         let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let connector = mqstate_testing::tls::connector(&pem);
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        connector
+            .connect(mqstate_testing::tls::localhost(), tcp)
             .await
             .unwrap()
     }

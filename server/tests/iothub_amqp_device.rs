@@ -12,12 +12,12 @@
 )]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{
     ApplicationProperties, Body, Data, Message, MessageAnnotations, MessageId, Outcome, Properties,
 };
@@ -28,8 +28,6 @@ use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer,
 };
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const OTHER_KEY: &str = "AQECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -62,19 +60,10 @@ impl Device {
     async fn tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let addr = hub.endpoints().amqp_endpoint.expect("the AMQP endpoint");
         let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let connector = mqstate_testing::tls::connector(&pem);
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        connector
+            .connect(mqstate_testing::tls::localhost(), tcp)
             .await
             .unwrap()
     }
@@ -524,14 +513,190 @@ async fn bad_device_tokens_are_refused() {
     let mut c2d = device.c2d("dev2").await;
     let d = next(&mut c2d).await;
     c2d.accept(&d).await.unwrap();
-    // Twin and method links: refused with amqp:not-implemented.
-    for address in ["/devices/dev1/twin", "/devices/dev1/methods/devicebound"] {
+    // Twin and method links need a token of their device, like its other links.
+    for address in ["/devices/dev3/twin", "/devices/dev3/methods/devicebound"] {
         let mut link = Sender::attach(&mut device.session, format!("x-{address}"), address)
             .await
             .unwrap();
         let e = sender_detached(&mut link).await;
-        assert!(e.contains("NotImplemented"), "{address}: {e}");
+        assert!(e.contains("UnauthorizedAccess"), "{address}: {e}");
     }
+    device.close().await;
+    server.shutdown().await;
+}
+
+/// A twin link pair as Node's `AmqpTwinClient` attaches it: the same channel correlation id
+/// on both links, settled sends.
+async fn twin_links(device: &mut Device, id: &str, channel: &str) -> (Sender, Receiver) {
+    let address = format!("/devices/{id}/twin");
+    let properties = || {
+        let mut fields = fe2o3_amqp::types::definitions::Fields::new();
+        fields.insert(
+            Symbol::from("com.microsoft:channel-correlation-id"),
+            Value::String(format!("twin:{channel}")),
+        );
+        fields.insert(
+            Symbol::from("com.microsoft:api-version"),
+            Value::String("2020-09-30".into()),
+        );
+        fields
+    };
+    let requests = Sender::builder()
+        .name(format!("twin-sender-{channel}"))
+        .target(address.clone())
+        .sender_settle_mode(SenderSettleMode::Settled)
+        .properties(properties())
+        .attach(&mut device.session)
+        .await
+        .unwrap();
+    let answers = Receiver::builder()
+        .name(format!("twin-receiver-{channel}"))
+        .source(address)
+        .sender_settle_mode(SenderSettleMode::Settled)
+        .properties(properties())
+        .attach(&mut device.session)
+        .await
+        .unwrap();
+    (requests, answers)
+}
+
+/// A twin request as Node's `_sendTwinRequest` sends it.
+fn twin_request(
+    operation: &str,
+    resource: Option<&str>,
+    correlation_id: &str,
+    body: &str,
+) -> Message<Data> {
+    let mut annotations = MessageAnnotations::builder()
+        .insert(Symbol::from("operation"), Value::String(operation.into()));
+    if let Some(resource) = resource {
+        annotations = annotations.insert(Symbol::from("resource"), Value::String(resource.into()));
+    }
+    Message::builder()
+        .properties(
+            Properties::builder()
+                .correlation_id(MessageId::String(correlation_id.into()))
+                .build(),
+        )
+        .message_annotations(annotations.build())
+        .data(Data(Binary::from(body.as_bytes().to_vec())))
+        .build()
+}
+
+/// The answer's status annotation, correlation id and JSON body.
+async fn twin_answer(answers: &mut Receiver) -> (Value, MessageId, serde_json::Value) {
+    let d = next(answers).await;
+    answers.accept(&d).await.unwrap();
+    let status = annotation(&d, "status")
+        .cloned()
+        .expect("a status annotation");
+    let correlation = d
+        .message()
+        .properties
+        .as_ref()
+        .and_then(|p| p.correlation_id.clone())
+        .expect("a correlation id");
+    let body: serde_json::Value = serde_json::from_slice(&body(&d)).unwrap();
+    (status, correlation, body)
+}
+
+#[tokio::test]
+async fn twin_requests_are_answered_403_and_the_connection_stays() {
+    let (server, hub) = start(config()).await;
+    let mut device = Device::authenticated(&hub, "dev1").await;
+    let mut c2d = device.c2d("dev1").await;
+    let mut d2c = device.d2c("dev1").await;
+    let (mut requests, mut answers) = twin_links(&mut device, "dev1", "chan-1").await;
+    // A second pair on the same connection gets its own answers.
+    let (mut requests2, mut answers2) = twin_links(&mut device, "dev1", "chan-2").await;
+    // GET: 403 with IoT Hub's error body, correlated to the request.
+    requests
+        .send(twin_request("GET", None, "get-1", " "))
+        .await
+        .unwrap();
+    let (status, correlation, error) = twin_answer(&mut answers).await;
+    assert_eq!(status, Value::Int(403));
+    assert_eq!(correlation, MessageId::String("get-1".into()));
+    assert_eq!(error["errorCode"], 403010, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("not supported by this local IoT Hub"),
+        "{message}"
+    );
+    assert!(message.contains("get the twin"), "{message}");
+    assert!(error["trackingId"].is_string(), "{error}");
+    // PATCH of reported properties, on the second pair.
+    requests2
+        .send(twin_request(
+            "PATCH",
+            Some("/properties/reported"),
+            "patch-1",
+            r#"{"fw":"1.0"}"#,
+        ))
+        .await
+        .unwrap();
+    let (status, correlation, error) = twin_answer(&mut answers2).await;
+    assert_eq!(status, Value::Int(403));
+    assert_eq!(correlation, MessageId::String("patch-1".into()));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("update reported properties"),
+        "{error}"
+    );
+    // Nothing came on the first pair's answer link.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), answers.recv::<Body<Value>>())
+            .await
+            .is_err()
+    );
+    // Method links stay attached, and no request comes on them.
+    let methods_out = Sender::attach(
+        &mut device.session,
+        "methods-sender",
+        "/devices/dev1/methods/devicebound",
+    )
+    .await
+    .unwrap();
+    let mut methods_in = Receiver::attach(
+        &mut device.session,
+        "methods-receiver",
+        "/devices/dev1/methods/devicebound",
+    )
+    .await
+    .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), methods_in.recv::<Body<Value>>())
+            .await
+            .is_err()
+    );
+    // The device's C2D and telemetry links still work afterwards.
+    hub.send("dev1", C2dMessage::new("after twin")).unwrap();
+    let d = next(&mut c2d).await;
+    assert_eq!(body(&d), b"after twin");
+    c2d.accept(&d).await.unwrap();
+    let outcome = d2c
+        .send(
+            Message::builder()
+                .data(Data(Binary::from(b"t".to_vec())))
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    assert_eq!(hub.telemetry("dev1", 0).unwrap().len(), 1);
+    // The twin links detach cleanly, the others stay.
+    requests.close().await.unwrap();
+    answers.close().await.unwrap();
+    methods_out.close().await.unwrap();
+    methods_in.close().await.unwrap();
+    requests2.close().await.unwrap();
+    answers2.close().await.unwrap();
+    hub.send("dev1", C2dMessage::new("after detach")).unwrap();
+    let d = next(&mut c2d).await;
+    assert_eq!(body(&d), b"after detach");
+    c2d.accept(&d).await.unwrap();
     device.close().await;
     server.shutdown().await;
 }

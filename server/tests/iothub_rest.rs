@@ -12,7 +12,6 @@
 )]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -22,8 +21,7 @@ use hyper_util::rt::TokioIo;
 use mqstate_server::iothub::policies::{SharedAccessPolicy, service_token};
 use mqstate_server::iothub::registry::generate_key;
 use mqstate_server::iothub::{C2dMessage, HUB_FILE, IotHub, IotHubConfig, IotHubServer};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 
 const API: &str = "api-version=2021-04-12";
@@ -59,19 +57,10 @@ impl Rest {
     fn new(hub: &IotHub) -> Rest {
         let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
         let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let connector = mqstate_testing::tls::connector(&pem);
         Rest {
             addr,
-            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            tls: connector,
             hub: hub.clone(),
         }
     }

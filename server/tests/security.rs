@@ -1093,19 +1093,7 @@ async fn idle_sockets_on_the_hubs_tls_ports_do_not_stall_other_clients() {
         ("https", endpoints.https_endpoint.unwrap()),
         ("amqp", endpoints.amqp_endpoint.unwrap()),
     ];
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = hub.ca_certificate_pem().unwrap();
-    use rustls::pki_types::pem::PemObject as _;
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let connector = mqstate_testing::tls::connector(&hub.ca_certificate_pem().unwrap());
     let mut idle = Vec::new();
     for (_, addr) in ports {
         idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
@@ -1117,8 +1105,8 @@ async fn idle_sockets_on_the_hubs_tls_ports_do_not_stall_other_clients() {
             let connector = connector.clone();
             handshakes.spawn(async move {
                 let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-                let name_ = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-                tokio::time::timeout(Duration::from_secs(5), connector.connect(name_, tcp))
+                let localhost = mqstate_testing::tls::localhost();
+                tokio::time::timeout(Duration::from_secs(5), connector.connect(localhost, tcp))
                     .await
                     .unwrap_or_else(|_| panic!("a TLS handshake on the {name} port stalled"))
                     .unwrap_or_else(|e| panic!("a TLS handshake on the {name} port failed: {e}"));

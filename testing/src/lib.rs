@@ -10,6 +10,7 @@
 //!   files ([`SecuredFiles`]).
 //! - [`fault_proxy`]: a TCP proxy between clients and a broker that cuts, stalls, delays or
 //!   drops chosen MQTT packets, so every language's fault tests inject the same faults.
+//! - [`tls`]: TLS clients trusting the local IoT Hub's generated certificate.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -20,6 +21,7 @@
 
 pub mod fault_proxy;
 pub mod mosquitto;
+pub mod tls;
 
 pub use mosquitto::{
     Backend, MOSQUITTO_MAX_PACKET_SIZE, Mosquitto, REQUIRE_MOSQUITTO_ENV, SecuredFiles, TestStore,

@@ -269,7 +269,7 @@ fn right_for(method: &axum::http::Method, path: &str) -> Option<&'static [Right]
 }
 
 /// The admin API's check of service SAS tokens, for [`crate::web::auth::WebAuth`]: a token
-/// of one of the hub's policies, with the rights the route needs ([`right_for`]).
+/// of one of the hub's policies, with the rights the route needs (`right_for`).
 pub fn service_token_check(hub: IotHub) -> crate::web::auth::ServiceTokenCheck {
     Box::new(move |method, path, token| {
         let Some(rights) = right_for(method, path) else {

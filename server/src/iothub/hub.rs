@@ -1138,24 +1138,13 @@ impl IotHub {
             )));
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        let previous = device.connection.replace(Connection {
+        let connection = Connection {
             id,
             tx,
             clean_session,
             by_lock_token: false,
-        });
-        device.connection_changed = Some(now.utc);
-        device.last_activity = Some(now.utc);
-        let mut outcomes = Vec::new();
-        if let Some(old) = previous {
-            let _ = old.tx.send(ToConnection::Close(
-                "a new connection with the same device id took over".into(),
-            ));
-            outcomes =
-                device
-                    .queue
-                    .release_connection(old.id, now, self.inner.config.max_delivery_count);
-        }
+        };
+        let outcomes = self.take_over(device, connection, now);
         let session_present = !clean_session && device.session.is_some();
         if clean_session || device.session.is_none() {
             device.session = Some(Subscription::None);
@@ -1172,6 +1161,29 @@ impl IotHub {
             token_expires,
             rx,
         })
+    }
+
+    /// Makes `connection` the device's one connection, whatever the transport (IoT Hub allows
+    /// one per device id): the previous one is told to close and the locks of its packet ids
+    /// end (their outcomes are returned, to be recorded).
+    fn take_over(
+        &self,
+        device: &mut DeviceState,
+        connection: Connection,
+        now: Now,
+    ) -> Vec<Outcome> {
+        let previous = device.connection.replace(connection);
+        device.connection_changed = Some(now.utc);
+        device.last_activity = Some(now.utc);
+        let Some(old) = previous else {
+            return Vec::new();
+        };
+        let _ = old.tx.send(ToConnection::Close(
+            "a new connection with the same device id took over".into(),
+        ));
+        device
+            .queue
+            .release_connection(old.id, now, self.inner.config.max_delivery_count)
     }
 
     /// A device opened its first link over AMQP (its token was checked on `$cbs`): registers
@@ -1197,24 +1209,13 @@ impl IotHub {
             )));
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let previous = device.connection.replace(Connection {
+        let connection = Connection {
             id,
             tx,
             clean_session: false,
             by_lock_token: true,
-        });
-        device.connection_changed = Some(now.utc);
-        device.last_activity = Some(now.utc);
-        let mut outcomes = Vec::new();
-        if let Some(old) = previous {
-            let _ = old.tx.send(ToConnection::Close(
-                "a new connection with the same device id took over".into(),
-            ));
-            outcomes =
-                device
-                    .queue
-                    .release_connection(old.id, now, self.inner.config.max_delivery_count);
-        }
+        };
+        let outcomes = self.take_over(device, connection, now);
         let generation = device.device.generation_id.clone();
         state.next_connection += 1;
         self.record_outcomes(&mut state, device_id, &generation, outcomes, now);

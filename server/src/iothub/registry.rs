@@ -2,7 +2,7 @@
 //!
 //! A [`Device`] is what IoT Hub's registry keeps for a device identity; its JSON is also its
 //! stored form in the data dir. Records written by earlier versions (without ETag, status,
-//! capabilities) still load: the missing fields take IoT Hub's defaults ([`DeviceRecord`]).
+//! capabilities) still load: the missing fields take IoT Hub's defaults (`DeviceRecord`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -4,7 +4,8 @@
 // put-token of the device's SAS token, the C2D receiver link /devices/{id}/messages/devicebound
 // (every property; complete, reject, abandon as the SDK settles them: accepted, rejected,
 // released), the telemetry sender link /devices/{id}/messages/events, and one connection per
-// device id across MQTT and AMQP. C2D messages are sent with the service SDK's Client.send,
+// device id across MQTT and AMQP, and the twin and method links (accepted: twin requests
+// answered 403, no method request ever sent; the connection stays). C2D messages are sent with the service SDK's Client.send,
 // feedback read with its feedback receiver.
 
 const { test, before, after } = require('node:test');
@@ -22,7 +23,7 @@ let feedback;
 before(async () => {
     hub = await startHub({
         name: 'node-device-amqp',
-        devices: ['amqp-props', 'amqp-complete', 'amqp-reject', 'amqp-abandon', 'amqp-exceed', 'amqp-telemetry', 'amqp-takeover', 'amqp-twin'],
+        devices: ['amqp-props', 'amqp-complete', 'amqp-reject', 'amqp-abandon', 'amqp-exceed', 'amqp-telemetry', 'amqp-takeover', 'amqp-twin', 'amqp-methods'],
         args: ['--iothub-feedback-interval', '1s', '--iothub-max-delivery-count', '2'],
     });
     assertNodeTrust(hub);
@@ -240,19 +241,74 @@ test('a device on MQTT, then on AMQP: the MQTT connection is closed', { timeout:
     }
 });
 
-// The hub refuses the twin links at attach (amqp:not-implemented): getTwin calls back with
-// NotImplementedError at once. The SDK's AMQP base layer treats a link detached with an error
-// as a connection error, though: it tears the whole AMQP connection down, and its close then
-// waits out a 45 s rundown (hence the close below is bounded and its failure ignored).
-test('twin over AMQP fails at once (no twin on the local hub)', { timeout: 60000 }, async () => {
+// The hub has no device twins: it accepts the twin links and answers each request with status
+// 403 and IoT Hub's error body (errorCode 403010), as over MQTT. The SDK's AmqpTwinClient turns
+// the 403 into InvalidOperationError (its message the parsed body), which amqp.js handleResult
+// translates into an Error "could not get twin. " + the body's message, with the
+// InvalidOperationError as amqpError. The connection stays: C2D still arrives, close is prompt.
+test('twin over AMQP fails at once (no twin on the local hub), the connection stays', { timeout: 60000 }, async () => {
     const device = await connectAmqpDevice('amqp-twin');
+    const disconnects = [];
+    device.client.on('disconnect', (d) => disconnects.push(d));
     try {
         const started = Date.now();
         const err = await within(10000, device.client.getTwin().then(() => null, (e) => e), 'getTwin');
         assert.ok(err, 'getTwin fails');
-        assert.equal(errorName(err), 'NotImplementedError', `${errorName(err)}: ${err && err.message}`);
-        assert.ok(Date.now() - started < 10000);
+        assert.ok(Date.now() - started < 5000, `getTwin took ${Date.now() - started} ms`);
+        assert.equal(errorName(err), 'Error', `${errorName(err)}: ${err.message}`);
+        assert.match(err.message, /^could not get twin\. device twins are not supported by this local IoT Hub/);
+        assert.match(err.message, /cannot get the twin/);
+        const inner = err.amqpError;
+        assert.equal(errorName(inner), 'InvalidOperationError');
+        assert.equal(inner.message.errorCode, 403010, JSON.stringify(inner.message));
+        assert.equal(inner.amqpError.message_annotations.status, 403);
+        // The same connection still receives C2D messages.
+        await send('amqp-twin', 'after-twin-1');
+        const msg = await device.next();
+        assert.equal(msg.messageId, 'after-twin-1');
+        await within(10000, device.client.complete(msg), 'complete');
+        // A second request is answered the same way.
+        const again = await within(10000, device.client.getTwin().then(() => null, (e) => e), 'getTwin again');
+        assert.equal(errorName(again && again.amqpError), 'InvalidOperationError');
+        assert.deepEqual(device.errors, []);
+        assert.deepEqual(disconnects, []);
     } finally {
-        await device.close();
+        const closing = Date.now();
+        await within(10000, device.client.close(), 'device SDK close');
+        assert.ok(Date.now() - closing < 5000, `close took ${Date.now() - closing} ms`);
+    }
+});
+
+// The hub has no direct methods: it accepts the method links and never sends a request (it
+// logs that methods are not supported). onDeviceMethod raises no error, the handler is never
+// called, and the connection stays (as over MQTT, where the method subscription is refused
+// in the SUBACK, which the SDK does not look at).
+test('onDeviceMethod over AMQP: links attached, no method ever comes, the connection stays', { timeout: 60000 }, async () => {
+    const device = await connectAmqpDevice('amqp-methods');
+    const disconnects = [];
+    device.client.on('disconnect', (d) => disconnects.push(d));
+    const calls = [];
+    try {
+        device.client.onDeviceMethod('reboot', (request, response) => {
+            calls.push(request);
+            response.send(200, {}, () => {});
+        });
+        // Wait for the method links to attach (the SDK reports nothing when they do).
+        const methods = device.client._transport._deviceMethodClient;
+        await within(10000, new Promise((resolve) => {
+            const check = () => (methods._fsm.state === 'attached' ? resolve() : setTimeout(check, 50));
+            check();
+        }), 'method links attached');
+        await send('amqp-methods', 'after-methods-1');
+        const msg = await device.next();
+        assert.equal(msg.messageId, 'after-methods-1');
+        await within(10000, device.client.complete(msg), 'complete');
+        assert.deepEqual(calls, []);
+        assert.deepEqual(device.errors, []);
+        assert.deepEqual(disconnects, []);
+    } finally {
+        const closing = Date.now();
+        await within(10000, device.client.close(), 'device SDK close');
+        assert.ok(Date.now() - closing < 5000, `close took ${Date.now() - closing} ms`);
     }
 });

@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 
 use super::cbs;
 use super::convert;
+use super::twin;
 use crate::iothub::IotHub;
 use crate::iothub::error::IotHubError;
 use crate::iothub::hub::ToConnection;
@@ -39,7 +40,7 @@ use crate::iothub::queue::Settlement;
 /// How long one wait for a message lasts before it starts again (it ends earlier on events).
 const WAIT: Duration = Duration::from_secs(60);
 
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The map is consistent after every statement; a poisoned lock is still usable.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -58,6 +59,8 @@ struct Joined {
 pub(super) struct Devices {
     hub: IotHub,
     joined: Mutex<HashMap<String, Joined>>,
+    /// Where twin requests are answered: the twin response links open on this connection.
+    twin_routes: twin::Routes,
 }
 
 impl std::fmt::Debug for Devices {
@@ -80,6 +83,7 @@ impl Devices {
         Arc::new(Devices {
             hub,
             joined: Mutex::new(HashMap::new()),
+            twin_routes: twin::Routes::default(),
         })
     }
 
@@ -155,8 +159,18 @@ impl Drop for Member {
 }
 
 impl Member {
+    /// The device's id.
+    pub(super) fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
+    /// The twin response links of this AMQP connection ([`twin::Routes`]).
+    pub(super) fn twin_routes(&self) -> &twin::Routes {
+        &self.devices.twin_routes
+    }
+
     /// Resolves with the reason once the hub closed the device's connection.
-    async fn closed(&mut self) -> String {
+    pub(super) async fn closed(&mut self) -> String {
         match self.closed.wait_for(Option::is_some).await {
             Ok(why) => why.clone().unwrap_or_default(),
             Err(_) => "the device's connection ended".to_owned(),
@@ -165,7 +179,7 @@ impl Member {
 }
 
 /// Why a device link stops.
-enum End {
+pub(super) enum End {
     /// The device detached it, or the connection is gone.
     Detached,
     /// The hub closed the device's connection (the reason): another connection took over,
@@ -181,7 +195,7 @@ enum End {
 
 impl End {
     /// The error the link is detached with (none for a plain detach).
-    fn error(&self) -> Option<definitions::Error> {
+    pub(super) fn error(&self) -> Option<definitions::Error> {
         match self {
             End::Detached | End::Stop => None,
             End::Closed(why) => {
@@ -202,7 +216,7 @@ impl End {
         }
     }
 
-    fn log(&self, device_id: &str, link: &str) {
+    pub(super) fn log(&self, device_id: &str, link: &str) {
         match self {
             End::Detached => {
                 tracing::debug!(device = %device_id, link, "iothub amqp: device link detached")

@@ -15,11 +15,13 @@
 //!   `/devices/{id}/messages/events` (it sends telemetry) ([`device`]): need a put-token of
 //!   that device first, else they are refused with `amqp:unauthorized-access`;
 //! - a device's twin (`/devices/{id}/twin`) and direct method (`/devices/{id}/methods/devicebound`)
-//!   links: refused with `amqp:not-implemented` (the local hub has neither), which the Node
-//!   device SDK reports at once (`getTwin` calls back with `NotImplementedError`) rather than
-//!   waiting; its AMQP base layer then treats the link error as a connection error and tears
-//!   the connection down (azure-iot-amqp-base `sender_link.js`: `error-indicated` in state
-//!   `attached`, since rhea reports our attach reply as `sender_open` first);
+//!   links ([`twin`]): need a put-token of that device first like its other links, then are
+//!   accepted (the local hub has neither twins nor methods): each twin request is answered with
+//!   status 403 (IoT Hub's error 403010), no method request is ever sent. Refusing them would
+//!   make the Node device SDK drop the whole connection: its AMQP base layer treats a link
+//!   detached with an error as a connection error (azure-iot-amqp-base `sender_link.js`:
+//!   `error-indicated` in state `attached`, since rhea reports our attach reply as
+//!   `sender_open` first);
 //! - anything else is refused with `amqp:not-found`.
 
 mod cbs;
@@ -27,6 +29,7 @@ mod convert;
 mod device;
 mod devicebound;
 mod feedback;
+mod twin;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -254,6 +257,10 @@ enum Node {
     DeviceMessages(String),
     /// A device sends telemetry.
     DeviceEvents(String),
+    /// A device's twin link (either way).
+    DeviceTwin(String),
+    /// A device's direct-method link (either way).
+    DeviceMethods(String),
 }
 
 /// A device's node: `/devices/{id}/{rest}` as (raw id, rest in lower case); the id is kept as
@@ -306,6 +313,8 @@ async fn serve_session(
         let address = node(&attach).unwrap_or_default();
         let role = attach.role.clone();
         let device = device_node(&address);
+        // Pairs a twin request link with its answer link.
+        let channel = twin::channel_correlation_id(&attach);
         let wanted = match (address.to_ascii_lowercase().as_str(), &role, device) {
             ("$cbs", Role::Sender, _) => Ok(Node::CbsRequests),
             ("$cbs", Role::Receiver, _) => Ok(Node::CbsReplies),
@@ -317,14 +326,9 @@ async fn serve_session(
             (_, Role::Sender, Some((id, what))) if what == "messages/events" => {
                 Ok(Node::DeviceEvents(id))
             }
-            (_, _, Some((_, what))) if what == "twin" || what == "methods/devicebound" => {
-                Err(convert::error(
-                    AmqpError::NotImplemented,
-                    format!(
-                        "{address}: device twins and direct methods are not supported by this \
-                         local IoT Hub (mqstate serves cloud-to-device messages and telemetry)"
-                    ),
-                ))
+            (_, _, Some((id, what))) if what == "twin" => Ok(Node::DeviceTwin(id)),
+            (_, _, Some((id, what))) if what == "methods/devicebound" => {
+                Ok(Node::DeviceMethods(id))
             }
             _ => Err(convert::error(
                 AmqpError::NotFound,
@@ -338,12 +342,17 @@ async fn serve_session(
                 .map_err(|e| convert::hub_error(&e)),
             Node::DeviceMessages(raw) => authorized_device(&cbs, &raw).map(Node::DeviceMessages),
             Node::DeviceEvents(raw) => authorized_device(&cbs, &raw).map(Node::DeviceEvents),
+            Node::DeviceTwin(raw) => authorized_device(&cbs, &raw).map(Node::DeviceTwin),
+            Node::DeviceMethods(raw) => authorized_device(&cbs, &raw).map(Node::DeviceMethods),
             n => Ok(n),
         });
         // A device's first link makes this the device's one connection (closing its MQTT or
         // other AMQP connection); refused when the device is gone or disabled.
         let wanted = wanted.and_then(|n| match &n {
-            Node::DeviceMessages(id) | Node::DeviceEvents(id) => devices
+            Node::DeviceMessages(id)
+            | Node::DeviceEvents(id)
+            | Node::DeviceTwin(id)
+            | Node::DeviceMethods(id) => devices
                 .join(id)
                 .map(|member| (n, Some(member)))
                 .map_err(|e| convert::hub_error(&e)),
@@ -367,6 +376,24 @@ async fn serve_session(
                 tracing::debug!(device = %id, "iothub amqp: device telemetry link attached");
                 let expiry = cbs.device_expiry(&id);
                 tokio::spawn(device::serve_events(hub, member, expiry, r, stop));
+            }
+            (Ok((Node::DeviceTwin(id), Some(member))), LinkEndpoint::Receiver(r)) => {
+                tracing::debug!(device = %id, ?channel, "iothub amqp: device twin request link attached");
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(twin::serve_requests(member, expiry, r, channel, stop));
+            }
+            (Ok((Node::DeviceTwin(id), Some(member))), LinkEndpoint::Sender(s)) => {
+                tracing::debug!(device = %id, ?channel, "iothub amqp: device twin answer link attached");
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(twin::serve_answers(member, expiry, s, channel, stop));
+            }
+            (Ok((Node::DeviceMethods(id), Some(member))), LinkEndpoint::Receiver(r)) => {
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(twin::serve_method_responses(member, expiry, r, stop));
+            }
+            (Ok((Node::DeviceMethods(id), Some(member))), LinkEndpoint::Sender(s)) => {
+                let expiry = cbs.device_expiry(&id);
+                tokio::spawn(twin::serve_method_requests(member, expiry, s, stop));
             }
             (Err(refusal), link) => {
                 tracing::info!(%address, error = %refusal, "iothub amqp: link refused");
