@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::link::{Receiver, SendError, Sender};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
 use fe2o3_amqp::types::messaging::{Body, Outcome};
@@ -355,6 +356,28 @@ pub(super) async fn serve_devicebound(
     drop(member);
 }
 
+/// The next message the device sends on `receiver` (one of its links the hub receives on),
+/// or why the link ends: the device detached it or it failed (logged as the `link` link
+/// ending), the hub closed the device's connection, its token expired, or the hub stops.
+pub(super) async fn next_delivery(
+    receiver: &mut Receiver,
+    member: &mut Member,
+    expiry: &mut watch::Receiver<Option<SystemTime>>,
+    stop: &mut watch::Receiver<bool>,
+    link: &str,
+) -> Result<Delivery<Body<Value>>, End> {
+    let delivery = tokio::select! {
+        d = receiver.recv::<Body<Value>>() => d,
+        why = member.closed() => return Err(End::Closed(why)),
+        () = cbs::expired(expiry) => return Err(End::Expired),
+        _ = stop.changed() => return Err(End::Stop),
+    };
+    delivery.map_err(|e| {
+        tracing::debug!(device = %member.device_id, error = %e, link, "iothub amqp: device link ended");
+        End::Detached
+    })
+}
+
 /// Serves a device's `/devices/{id}/messages/events` link (the hub's receiver): each message
 /// is telemetry, accepted once stored, or rejected (too large: `amqp:link:message-size-exceeded`,
 /// Node's `MessageTooLargeError`; malformed: `com.microsoft:argument-error`).
@@ -368,20 +391,11 @@ pub(super) async fn serve_events(
     let device_id = member.device_id.clone();
     let max = hub.config().max_telemetry_size;
     let end = loop {
-        let delivery = tokio::select! {
-            d = receiver.recv::<Body<Value>>() => d,
-            why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
-            _ = stop.changed() => break End::Stop,
+        let next = next_delivery(&mut receiver, &mut member, &mut expiry, &mut stop, "events");
+        let (info, message) = match next.await {
+            Ok(delivery) => delivery.into_parts(),
+            Err(end) => break end,
         };
-        let delivery = match delivery {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::debug!(device = %device_id, error = %e, "iothub amqp: telemetry link ended");
-                break End::Detached;
-            }
-        };
-        let (info, message) = delivery.into_parts();
         let settled = match convert::telemetry(message, max) {
             Ok((bag, body)) => {
                 hub.telemetry_received(&device_id, bag, body.into());

@@ -34,15 +34,13 @@ use std::time::SystemTime;
 
 use fe2o3_amqp::link::delivery::Sendable;
 use fe2o3_amqp::link::{Receiver, Sender};
-use fe2o3_amqp::types::messaging::{
-    Body, Data, Message, MessageAnnotations, MessageId, Properties,
-};
+use fe2o3_amqp::types::messaging::{Data, Message, MessageAnnotations, MessageId, Properties};
 use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Binary, Symbol, Value};
 use tokio::sync::{mpsc, watch};
 
 use super::cbs;
-use super::device::{End, Member, relock};
+use super::device::{End, Member, next_delivery, relock};
 use crate::iothub::message::format_time;
 use crate::iothub::queue::new_guid;
 
@@ -222,20 +220,17 @@ pub(super) async fn serve_requests(
 ) {
     let device_id = member.device_id().to_owned();
     let end = loop {
-        let delivery = tokio::select! {
-            d = receiver.recv::<Body<Value>>() => d,
-            why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
-            _ = stop.changed() => break End::Stop,
+        let next = next_delivery(
+            &mut receiver,
+            &mut member,
+            &mut expiry,
+            &mut stop,
+            "twin requests",
+        );
+        let (info, message) = match next.await {
+            Ok(delivery) => delivery.into_parts(),
+            Err(end) => break end,
         };
-        let delivery = match delivery {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::debug!(device = %device_id, error = %e, "iothub amqp: twin request link ended");
-                break End::Detached;
-            }
-        };
-        let (info, message) = delivery.into_parts();
         // Pre-settled from Node (sender settle mode `settled`): then this sends nothing.
         if let Err(e) = receiver.accept(info).await {
             tracing::debug!(error = %e, "iothub amqp: twin request not settled");
@@ -334,24 +329,21 @@ pub(super) async fn serve_method_responses(
 ) {
     let device_id = member.device_id().to_owned();
     let end = loop {
-        let delivery = tokio::select! {
-            d = receiver.recv::<Body<Value>>() => d,
-            why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
-            _ = stop.changed() => break End::Stop,
+        let next = next_delivery(
+            &mut receiver,
+            &mut member,
+            &mut expiry,
+            &mut stop,
+            "method responses",
+        );
+        let delivery = match next.await {
+            Ok(delivery) => delivery,
+            Err(end) => break end,
         };
-        match delivery {
-            Ok(d) => {
-                tracing::info!(device = %device_id,
-                    "iothub amqp: method response dropped (the local hub sends no method requests)");
-                if let Err(e) = receiver.accept(&d).await {
-                    tracing::debug!(error = %e, "iothub amqp: method response not settled");
-                }
-            }
-            Err(e) => {
-                tracing::debug!(device = %device_id, error = %e, "iothub amqp: method response link ended");
-                break End::Detached;
-            }
+        tracing::info!(device = %device_id,
+            "iothub amqp: method response dropped (the local hub sends no method requests)");
+        if let Err(e) = receiver.accept(&delivery).await {
+            tracing::debug!(error = %e, "iothub amqp: method response not settled");
         }
     };
     finish_receiver(end, &device_id, "method responses", receiver).await;
