@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use mqstate_server::iothub::client::AdminClient;
 use mqstate_server::iothub::http::SendRequest;
 use mqstate_server::iothub::{
-    Ack, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
+    Ack, AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceSpec, DeviceTls, IotHubConfig,
 };
 
@@ -101,6 +101,13 @@ pub struct ServeHubArgs {
     /// Device-to-cloud messages kept per device.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub iothub_telemetry_capacity: usize,
+    /// Sessions one AMQP connection may have at once (a multiplexing client uses one per
+    /// device; docs/security.md, "Limits per connection on the hub").
+    #[arg(long, value_name = "N", default_value_t = AmqpLimits::default().max_sessions)]
+    pub iothub_amqp_max_sessions: usize,
+    /// Links one AMQP session may have attached at once.
+    #[arg(long, value_name = "N", default_value_t = AmqpLimits::default().max_links_per_session)]
+    pub iothub_amqp_max_links: usize,
 }
 
 fn parse_device_spec(text: &str) -> Result<DeviceSpec, String> {
@@ -143,6 +150,11 @@ impl ServeHubArgs {
             feedback_max_delivery_count: self.iothub_feedback_max_delivery_count,
             feedback_lock_duration: self.iothub_feedback_lock,
             telemetry_capacity: self.iothub_telemetry_capacity,
+            amqp_limits: AmqpLimits {
+                max_sessions: self.iothub_amqp_max_sessions,
+                max_links_per_session: self.iothub_amqp_max_links,
+                ..AmqpLimits::default()
+            },
             ..IotHubConfig::default()
         })
     }
@@ -166,6 +178,11 @@ pub fn announce(hub: &mqstate_server::iothub::IotHub, args: &ServeHubArgs) -> Re
     let endpoints = hub.endpoints();
     if let (Some(path), Some(pem)) = (&args.iothub_ca_out, hub.ca_certificate_pem()) {
         std::fs::write(path, pem)
+            .map_err(|e| format!("--iothub-ca-out {}: {e}", path.display()))?;
+        // A certificate is public, and what other users' devices and back ends must trust:
+        // readable by all whatever the umask (`serve --data-dir` makes it 077).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
             .map_err(|e| format!("--iothub-ca-out {}: {e}", path.display()))?;
         tracing::info!(path = %path.display(), "iothub: certificate written");
     }

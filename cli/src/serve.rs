@@ -169,9 +169,32 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
 /// Runs `mqstate serve` to the end: logging, a runtime, the server until Ctrl-C.
 pub fn run(args: ServeArgs) -> Result<(), String> {
     crate::logging::init(args.log.as_deref(), Some(DEFAULT_LOG))?;
+    if args.data_dir.is_some() {
+        // Before the runtime: no other thread exists yet that could be creating a file.
+        keep_created_files_private();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?
         .block_on(serve(args))
+}
+
+/// Adds 077 to the process's umask, so that every file and directory this server creates is
+/// private to its user (like PostgreSQL's server). The store's and the hub's files in the
+/// data dir are created 0600 whatever the umask, but the embedded broker's session storage
+/// (`DATA_DIR/broker/`: queued, in-flight and retained messages) creates its files with the
+/// umask's modes. Also affects `--iothub-ca-out` (then 0600).
+fn keep_created_files_private() {
+    // SAFETY: umask(2) takes and returns a plain integer, cannot fail and touches no memory.
+    let inherited = unsafe { libc::umask(0o077) };
+    let private = inherited | 0o077;
+    // SAFETY: as above.
+    unsafe { libc::umask(private) };
+    if private != inherited {
+        tracing::info!(
+            "mqstate serve: umask {inherited:03o} -> {private:03o}: the files this server creates \
+             are readable by its user only"
+        );
+    }
 }

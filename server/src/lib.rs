@@ -18,6 +18,7 @@
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
 //! - [`web`]: what the admin API and the dashboard check (Host, Origin, credentials).
+//! - [`untrusted`]: a peer's text, cut short before it reaches a log line or an error.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -38,11 +39,17 @@
 pub mod broker;
 pub mod dashboard;
 mod error;
+// Entry points of the fuzz targets (server/fuzz); compiled for this crate's unit tests too,
+// which run the same checks on stable.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod iothub;
 mod local_server;
 pub mod persist;
 pub mod security;
 pub mod statestore;
+pub mod untrusted;
 pub mod web;
 
 pub use error::ServerError;

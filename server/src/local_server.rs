@@ -426,7 +426,10 @@ impl LocalServer {
                     bind: SocketAddr::new(plain_ip, config.port),
                     max_packet_size: usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
                 };
-                let sessions = persistence.as_ref().map(Persistence::broker_dir);
+                let sessions = persistence
+                    .as_ref()
+                    .map(Persistence::broker_dir)
+                    .transpose()?;
                 let broker = EmbeddedBroker::start_full(
                     &broker_config,
                     &broker_security,

@@ -694,11 +694,16 @@ async fn with_authentication_on_the_web_surfaces_ask_for_credentials() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // As the page sends it: a browser says the request is from the page's own origin.
     let (status, _, _) = call_full(
         admin,
         Method::POST,
         "/logout",
-        &[("cookie", &session), json],
+        &[
+            ("cookie", &session),
+            json,
+            ("sec-fetch-site", "same-origin"),
+        ],
         "{}",
     )
     .await;
@@ -827,5 +832,342 @@ async fn the_admin_api_takes_service_tokens_with_the_right_rights() {
     let (status, body) = get(expired, "/devices").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert!(body.contains("expired"), "{body}");
+    server.shutdown().await;
+}
+
+/// A server with the hub (feedback in batches of one record) and the dashboard; with
+/// `password_file`, the web surfaces ask for credentials.
+async fn start_feedback(password_file: Option<std::path::PathBuf>) -> (LocalServer, SocketAddr) {
+    let mut config = ServerConfig::default().with_iothub(IotHubConfig {
+        devices: vec![DeviceSpec::parse("dev1").unwrap()],
+        feedback_batch_size: 1,
+        ..IotHubConfig::default()
+    });
+    config.security.password_file = password_file;
+    config.dashboard = Some(DashboardConfig {
+        edit: true,
+        ..DashboardConfig::default()
+    });
+    let server = LocalServer::start_with(config).await.unwrap();
+    let admin = server.iothub().unwrap().endpoints().admin_endpoint.unwrap();
+    (server, admin)
+}
+
+/// Puts a feedback batch in the hub's feedback queue: a message that asks for negative
+/// feedback, purged.
+fn make_feedback_batch(server: &LocalServer, message_id: &str) {
+    use mqstate_server::iothub::{Ack, C2dMessage};
+    let hub = server.iothub().unwrap();
+    hub.send(
+        "dev1",
+        C2dMessage::new("x")
+            .message_id(message_id)
+            .ack(Ack::Negative),
+    )
+    .unwrap();
+    assert_eq!(hub.purge("dev1").unwrap(), 1);
+}
+
+/// The feedback receive, waiting for a batch: a request that is let through locks it.
+const RECEIVE_FEEDBACK: &str = "/messages/servicebound/feedback?waitSecs=3";
+
+/// Receives the next feedback batch as a plain client (curl, `mqstate iothub feedback`):
+/// it must hold the record `message_id`; then completes it.
+async fn receive_feedback_as_a_client(admin: SocketAddr, auth: &[(&str, &str)], message_id: &str) {
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        "/messages/servicebound/feedback?waitSecs=10",
+        auth,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "the batch was locked: {body}");
+    let batch: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        batch["records"][0]["originalMessageId"], message_id,
+        "{body}"
+    );
+    let token = batch["lockToken"].as_str().unwrap();
+    let (status, _, body) = call_full(
+        admin,
+        Method::DELETE,
+        &format!("/messages/servicebound/feedback/{token}"),
+        auth,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
+/// Issue: `GET /messages/servicebound/feedback` locks the next feedback batch, and the guard
+/// checked browsers on POST, PUT, PATCH and DELETE only: on the open loopback default, an
+/// `<img>` on any page the operator opened locked the batch, and the back end's own receive
+/// got 204. A GET that changes state is now refused to browsers from elsewhere like a POST.
+#[tokio::test]
+async fn cross_site_pages_cannot_lock_feedback_on_the_open_default() {
+    let (server, admin) = start_feedback(None).await;
+    let own = format!("http://{admin}");
+    make_feedback_batch(&server, "fb1");
+    for headers in [
+        // An <img> on attacker.example (Fetch Metadata).
+        [("sec-fetch-site", "cross-site")],
+        // A page on another port of this host: another origin of the same site.
+        [("sec-fetch-site", "same-site")],
+        // Browsers without Fetch Metadata (a navigation, a form, a fetch).
+        [("origin", "http://attacker.example")],
+        [("origin", "http://127.0.0.1:1")],
+    ] {
+        for method in [Method::GET, Method::HEAD] {
+            let (status, _, body) =
+                call_full(admin, method.clone(), RECEIVE_FEEDBACK, &headers, "").await;
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "{method} {headers:?}: {body}"
+            );
+            if method == Method::GET {
+                assert!(body.contains("CrossOrigin"), "{body}");
+            }
+        }
+    }
+    // The batch was not locked: the back end's receive gets it (no browser headers).
+    receive_feedback_as_a_client(admin, &[], "fb1").await;
+    // The server's own pages (same origin) and the address bar still may.
+    make_feedback_batch(&server, "fb2");
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        RECEIVE_FEEDBACK,
+        &[("sec-fetch-site", "same-origin"), ("origin", &own)],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("fb2"), "{body}");
+    server.shutdown().await;
+}
+
+/// Issue, secured configuration: the session cookie (`SameSite=Strict`) is also sent with
+/// requests from pages of the same site, such as another port of the same host, so such a
+/// page could lock feedback in the operator's name. A request that changes state with the
+/// cookie must now prove it comes from the server's own origin.
+#[tokio::test]
+async fn cross_site_pages_cannot_lock_feedback_with_the_operators_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
+    let (server, admin) = start_feedback(Some(passwd)).await;
+    let own = format!("http://{admin}");
+    let token = server.web_token().unwrap();
+    let (status, headers, body) = call_full(
+        admin,
+        Method::POST,
+        "/login",
+        &[("content-type", "application/json")],
+        &format!(r#"{{"token":"{token}"}}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let cookie = headers["set-cookie"].to_str().unwrap();
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let with_session = |extra: &[(&'static str, &'static str)]| {
+        let mut headers = vec![("cookie", session.clone())];
+        headers.extend(extra.iter().map(|(n, v)| (*n, (*v).to_owned())));
+        headers
+    };
+    make_feedback_batch(&server, "fb1");
+    for extra in [
+        // A page on another port of this host: same site, so the cookie is sent.
+        &[("sec-fetch-site", "same-site")][..],
+        &[("sec-fetch-site", "cross-site")],
+        &[("origin", "http://127.0.0.1:1")],
+        &[("origin", "http://attacker.example")],
+        // The cookie without proof of origin: an older browser's <img>, or the address bar.
+        &[],
+        &[("sec-fetch-site", "none")],
+    ] {
+        let headers = with_session(extra);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let (status, _, body) = call_full(admin, Method::GET, RECEIVE_FEEDBACK, &headers, "").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{extra:?}: {body}");
+        assert!(body.contains("CrossOrigin"), "{body}");
+    }
+    // The same for the other state-changing requests: the cookie without proof writes nothing.
+    let (status, _, body) = call_full(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[("cookie", &session), ("content-type", "application/json")],
+        r#"{"payload":"from a page"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // The batch was not locked: the back end's receive (the access token) gets it.
+    let bearer = format!("Bearer {token}");
+    receive_feedback_as_a_client(admin, &[("authorization", &bearer)], "fb1").await;
+    assert_eq!(
+        server.iothub().unwrap().queue("dev1").unwrap().depth,
+        0,
+        "nothing was sent"
+    );
+    // The dashboard's own requests carry the proof: Fetch Metadata, or its own origin.
+    make_feedback_batch(&server, "fb2");
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        RECEIVE_FEEDBACK,
+        &[("cookie", &session), ("sec-fetch-site", "same-origin")],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("fb2"), "{body}");
+    let (status, _, body) = call_full(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[
+            ("cookie", &session),
+            ("content-type", "application/json"),
+            ("origin", &own),
+        ],
+        r#"{"payload":"from the dashboard"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    server.shutdown().await;
+}
+
+/// Issue: sessions were capped at 1,024 for everyone together, the oldest evicted first, so
+/// one user logging in 1,024 times ended the operator's session. Now each user (the access
+/// token counts as one) has its own cap, and only its own oldest session ends. (The global
+/// cap, which refuses rather than evicts, is tested in `server/src/web/auth.rs`.)
+#[tokio::test]
+async fn logins_beyond_a_users_cap_end_only_that_users_oldest_session() {
+    use mqstate_server::web::auth::MAX_SESSIONS_PER_USER;
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
+    let (server, admin) = start_feedback(Some(passwd)).await;
+    let token = server.web_token().unwrap();
+    let login = |body: String| async move {
+        let (status, headers, text) = call_full(
+            admin,
+            Method::POST,
+            "/login",
+            &[("content-type", "application/json")],
+            &body,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{text}");
+        let cookie = headers["set-cookie"].to_str().unwrap();
+        cookie.split(';').next().unwrap().to_owned()
+    };
+    let valid = |session: String| async move {
+        let (status, _, _) =
+            call_full(admin, Method::GET, "/hub", &[("cookie", &session)], "").await;
+        status == StatusCode::OK
+    };
+    let alice = login(r#"{"user":"alice","password":"alice's password"}"#.to_owned()).await;
+    // The token's holder logs in one more time than its cap (a password user would be
+    // throttled per address; the token is checked at once).
+    let mut sessions = Vec::new();
+    for _ in 0..=MAX_SESSIONS_PER_USER {
+        sessions.push(login(format!(r#"{{"token":"{token}"}}"#)).await);
+    }
+    assert!(valid(alice).await, "another user's session ended");
+    assert!(!valid(sessions[0].clone()).await, "its own oldest ends");
+    assert!(valid(sessions[1].clone()).await);
+    assert!(valid(sessions[MAX_SESSIONS_PER_USER].clone()).await);
+    server.shutdown().await;
+}
+
+/// Request bodies, heads and the device token's lifetime are bounded on the web surfaces:
+/// a body beyond the admin API's limit (sized from the hub's largest message) or the login
+/// page's gets `413` with a JSON error; a head beyond 64 KiB is not served; a `ttlSecs`
+/// that overflowed the clock (a panic in the handler) is refused.
+#[tokio::test]
+async fn the_web_surfaces_bound_bodies_heads_and_token_lifetimes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (server, admin) = start_feedback(None).await;
+    let limit = mqstate_server::iothub::http::body_limit(64 * 1024);
+    let json_type = ("content-type", "application/json");
+    // The largest legitimate message, every byte escaped in JSON: accepted.
+    let escaped = "\\u0001".repeat(64 * 1024);
+    let (status, _, body) = call_full(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[json_type],
+        &format!(r#"{{"payload":"{escaped}"}}"#),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "{}",
+        &body[..body.len().min(200)]
+    );
+    // One byte too many (exactly: the server reads the whole body, so the connection ends
+    // cleanly after the answer).
+    let too_large = format!(r#"{{"payload":"{}"}}"#, "a".repeat(limit + 1 - 14));
+    assert_eq!(too_large.len(), limit + 1);
+    let (status, _, body) = call_full(
+        admin,
+        Method::POST,
+        "/devices/dev1/messages/devicebound",
+        &[json_type],
+        &too_large,
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body.contains("RequestTooLarge"), "{body}");
+    assert_eq!(server.iothub().unwrap().queue("dev1").unwrap().depth, 1);
+    // A device token for ever: refused, and the server still answers.
+    let (status, _, body) = call_full(
+        admin,
+        Method::GET,
+        "/devices/dev1/token?ttlSecs=18446744073709551615",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _, body) = call_full(admin, Method::GET, "/devices/dev1/token", &[], "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server.shutdown().await;
+
+    // The login page takes a small body.
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("passwd");
+    mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
+    let (server, admin) = start_feedback(Some(passwd)).await;
+    let (status, _, body) = call_full(
+        admin,
+        Method::POST,
+        "/login",
+        &[json_type],
+        &format!(r#"{{"token":"{}"}}"#, "t".repeat(16 * 1024 + 1 - 12)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    // A 100 KiB header: `431` and the connection closed (or, if the server closes before
+    // reading all of it, only closed), at once.
+    let mut stream = tokio::net::TcpStream::connect(admin).await.unwrap();
+    let head = format!(
+        "GET /hub HTTP/1.1\r\nhost: {admin}\r\nx-big: {}\r\n\r\n",
+        "b".repeat(100 * 1024)
+    );
+    // The server may close before reading the whole head: a failed write is not the point.
+    let _ = stream.write_all(head.as_bytes()).await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection was held");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
     server.shutdown().await;
 }

@@ -1508,3 +1508,26 @@ async fn method_subscriptions_are_refused_and_the_connection_stays_open() {
     assert!(device.closed.borrow().is_none());
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_connect_whose_token_expiry_overflows_is_refused_and_others_connect() {
+    let (server, hub, addr) = start(quick_config()).await;
+    let username = hub.device_username("dev1");
+    // As an MQTT password this once panicked while the hub's state lock was held (the server
+    // went on only because the poisoned lock was ignored). No key is needed to send it.
+    for password in [
+        "SharedAccessSignature sr=localhost%2Fdevices%2Fdev1&sig=AAAA&se=9223372036854775808",
+        "SharedAccessSignature sr=localhost&sig=AAAA&se=9223372036854775808&skn=iothubowner",
+        "SharedAccessSignature sr=localhost%2Fdevices%2Fdev1&sig=AAAA&se=18446744073709551615&skn=device",
+    ] {
+        let code = refusal(connect_with(options(addr, "dev1", &username, password, true)).await);
+        assert_eq!(code, ConnectReturnCode::NotAuthorized, "{password}");
+    }
+    // The same device connects with a good token, and the hub serves it.
+    let device = connect(&hub, addr, "dev1", true).await;
+    hub.send("dev1", C2dMessage::new("after").message_id("m1"))
+        .unwrap();
+    drop(device);
+    assert_eq!(hub.queue("dev1").unwrap().depth, 1);
+    server.shutdown().await;
+}

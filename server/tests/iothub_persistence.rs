@@ -184,3 +184,66 @@ async fn without_a_data_dir_nothing_is_written() {
     server.shutdown().await;
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
+
+/// The data dir is private to the server's user whatever the umask (the test runs under the
+/// one it inherits, 022 usually): created 0700, with the store's and the hub's files and the
+/// policies file 0600 and the broker's session directory 0700. Files and the broker's
+/// directory an older version left readable by others are made private at the next start;
+/// a data dir that already existed keeps its mode (it is warned about).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_dir_is_private_and_loose_files_of_older_versions_are_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+
+    use mqstate::{Client, ConnectOptions, SetOptions};
+    use mqstate_server::iothub::policies::POLICIES_FILE;
+    use mqstate_server::persist::{BROKER_DIR, STORE_FILE};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let config = ServerConfig::default()
+        .with_data_dir(&dir, PersistMode::All)
+        .with_iothub(IotHubConfig {
+            admin_port: None,
+            ..IotHubConfig::default()
+        });
+    // In octal, as `ls -l` and chmod show it.
+    let mode = |p: &std::path::Path| {
+        format!(
+            "{:03o}",
+            std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+        )
+    };
+    let set_mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let ours = [STORE_FILE, HUB_FILE, POLICIES_FILE];
+    for (round, device) in [("new", "d1"), ("left loose by an older version", "d2")] {
+        let server = LocalServer::start_with(config.clone()).await.unwrap();
+        let client = Client::connect(ConnectOptions::new(server.host(), server.port()))
+            .await
+            .unwrap()
+            .with_timeout(Duration::from_secs(30));
+        client.set("k", "v", SetOptions::default()).await.unwrap();
+        client.close().await;
+        let hub = server.iothub().unwrap();
+        hub.add_device(&DeviceSpec::parse(device).unwrap()).unwrap();
+        hub.persisted().await.unwrap();
+        drop(hub);
+        for name in ours {
+            assert_eq!(mode(&dir.join(name)), "600", "{round}: {name}");
+        }
+        assert_eq!(mode(&dir.join(BROKER_DIR)), "700", "{round}: {BROKER_DIR}");
+        server.shutdown().await;
+        if round == "new" {
+            assert_eq!(mode(&dir), "700", "{round}: the data dir");
+            set_mode(&dir, 0o755);
+            set_mode(&dir.join(BROKER_DIR), 0o755);
+            for name in ours {
+                set_mode(&dir.join(name), 0o644);
+            }
+        } else {
+            assert_eq!(mode(&dir), "755", "an existing data dir keeps its mode");
+        }
+    }
+}

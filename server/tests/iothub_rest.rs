@@ -741,3 +741,107 @@ async fn connection_state_and_disabling_follow_iot_hub() {
     assert_eq!(stats.body["disabledDeviceCount"], 1);
     server.shutdown().await;
 }
+
+/// The expiry no token may have: past `SystemTime`'s range, and 2^63 (a signed 64-bit
+/// overflow in whoever adds it to a time).
+const OVERFLOWING_EXPIRY: &str = "9223372036854775808";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_whose_expiry_overflows_gets_a_401_and_the_hub_goes_on() {
+    let server = IotHubServer::start(config()).await.unwrap();
+    let hub = server.hub();
+    let rest = Rest::new(&hub);
+    let get = format!("/devices?{API}");
+    // No key needed: the policy names are public. This once panicked the connection's task
+    // (an overflow adding the expiry to a time) before the signature was checked.
+    for expiry in [OVERFLOWING_EXPIRY, "18446744073709551615", "253402300800"] {
+        let forged =
+            format!("SharedAccessSignature sr=localhost&sig=AAAA&se={expiry}&skn=iothubowner");
+        let reply = rest
+            .call(Method::GET, &get, Some(&forged), None, None)
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNAUTHORIZED,
+            "se={expiry}: {:?}",
+            reply.body
+        );
+        let why = reply.body["ExceptionMessage"].as_str().unwrap_or_default();
+        assert!(why.contains("after the year 9999"), "se={expiry}: {why}");
+    }
+    // The latest expiry that can be written is a valid one.
+    let owner = hub.policy("iothubowner").unwrap();
+    let last = SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    let reply = rest
+        .call(Method::GET, &get, Some(&sign(&owner, last)), None, None)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    server.shutdown().await;
+}
+
+/// What the tracing subscriber of this test binary has written (every test's lines).
+static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+#[derive(Clone, Copy)]
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOG.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes of the log lines that hold `marker`.
+fn logged_with(marker: &str) -> usize {
+    let log = LOG.lock().unwrap();
+    String::from_utf8_lossy(&log)
+        .lines()
+        .filter(|l| l.contains(marker))
+        .map(|l| l.len() + 1)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_64_kib_token_adds_under_1_kib_to_the_log_and_repeats_are_summarised() {
+    // The server's info log, as `mqstate serve` writes it (lines of other tests of this binary
+    // land here too: only the lines quoting this test's token are counted).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(|| LogWriter)
+        .with_env_filter("info")
+        .with_ansi(false)
+        .try_init();
+    let server = IotHubServer::start(config()).await.unwrap();
+    let hub = server.hub();
+    let rest = Rest::new(&hub);
+    let get = format!("/devices?{API}");
+    // Each piece of the token names the marker, so any part of it that reaches the log does.
+    let marker = "Q7marker";
+    let sr = marker.repeat(64 * 1024 / marker.len());
+    let token = format!("SharedAccessSignature sr={sr}&sig=AAAA&se=1&skn=iothubowner");
+    assert!(token.len() >= 64 * 1024);
+    let reply = rest.call(Method::GET, &get, Some(&token), None, None).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    let once = logged_with(marker);
+    assert!(once > 0, "the refusal is logged");
+    assert!(
+        once < 1024,
+        "one refused 64 KiB token added {once} bytes to the log"
+    );
+
+    // The same refusal 50 times more from this address: the first few are logged, the rest
+    // counted (and said in the next line logged).
+    for _ in 0..50 {
+        let reply = rest.call(Method::GET, &get, Some(&token), None, None).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    }
+    let after = logged_with(marker);
+    assert!(
+        after < 6 * 1024,
+        "51 refusals added {after} bytes to the log"
+    );
+    server.shutdown().await;
+}

@@ -120,6 +120,9 @@ pub struct IotHubConfig {
     pub max_keep_alive: Duration,
     /// How long a new connection has to send its CONNECT.
     pub connect_timeout: Duration,
+    /// What one AMQP connection may make the hub hold (frames, sessions, links, replies, time
+    /// to authenticate).
+    pub amqp_limits: AmqpLimits,
     /// Keep the hub's state (registry, queues, feedback) in `DIR/iothub.redb` so that it
     /// survives a restart or a crash (`None`: in memory only). `mqstate serve --data-dir`
     /// sets it to its data dir ([`crate::ServerConfig::data_dir`]).
@@ -153,6 +156,7 @@ impl Default for IotHubConfig {
             telemetry_capacity: 1000,
             max_keep_alive: Duration::from_secs(1177),
             connect_timeout: Duration::from_secs(10),
+            amqp_limits: AmqpLimits::default(),
             data_dir: None,
         }
     }
@@ -227,6 +231,84 @@ impl IotHubConfig {
         }
         if self.telemetry_capacity == 0 {
             return bad("telemetry_capacity must be at least 1".into());
+        }
+        self.amqp_limits.validate()
+    }
+}
+
+/// What one connection to the AMQP endpoint may make the hub hold, before and after it
+/// authenticates (docs/security.md, "Limits per connection on the hub"). A peer past a limit
+/// gets the error AMQP gives for it (`amqp:resource-limit-exceeded`,
+/// `amqp:link:message-size-exceeded`, `amqp:unauthorized-access`) on the link, session or
+/// connection it went too far with, and the hub logs it once.
+///
+/// ```
+/// use mqstate_server::iothub::AmqpLimits;
+///
+/// let limits = AmqpLimits::default();
+/// assert_eq!((limits.max_sessions, limits.max_links_per_session), (32, 32));
+/// assert!(AmqpLimits { max_sessions: 0, ..limits }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpLimits {
+    /// The largest frame the hub accepts (its Open's max-frame-size; 64 KiB). Larger messages
+    /// come in several frames, each counted against the link's largest message.
+    pub max_frame_size: u32,
+    /// Sessions one connection may have at once (32; a device SDK or a service client uses
+    /// one, a multiplexing C SDK one per device): the Open's channel-max, past which a Begin
+    /// closes the connection. `mqstate serve --iothub-amqp-max-sessions`.
+    pub max_sessions: usize,
+    /// Links one session may have attached at once (32; a device SDK uses 8, a service client
+    /// 4). `mqstate serve --iothub-amqp-max-links`.
+    pub max_links_per_session: usize,
+    /// Put-token replies kept for a `$cbs` receiver link that is not attached (16); one more
+    /// closes the request link. A client waits for each reply before its next put-token.
+    pub max_pending_cbs_replies: usize,
+    /// How long a new connection has, from its first byte, for TLS, SASL and its first
+    /// accepted put-token (30 s); after that without one, the connection is closed.
+    pub auth_timeout: Duration,
+}
+
+impl Default for AmqpLimits {
+    fn default() -> Self {
+        AmqpLimits {
+            max_frame_size: 64 * 1024,
+            max_sessions: 32,
+            max_links_per_session: 32,
+            max_pending_cbs_replies: 16,
+            auth_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl AmqpLimits {
+    /// Checks that every limit lets a client work: the error names the one that does not.
+    pub fn validate(&self) -> Result<(), IotHubError> {
+        let bad = |why: String| Err(IotHubError::invalid(format!("invalid AMQP limit: {why}")));
+        // AMQP's own floor for max-frame-size (2.7.1: 512 bytes).
+        if self.max_frame_size < 512 {
+            return bad(format!(
+                "max_frame_size must be at least 512 bytes (got {})",
+                self.max_frame_size
+            ));
+        }
+        for (name, value) in [
+            ("max_sessions", self.max_sessions),
+            ("max_links_per_session", self.max_links_per_session),
+            ("max_pending_cbs_replies", self.max_pending_cbs_replies),
+        ] {
+            if value == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if self.max_sessions > usize::from(u16::MAX) {
+            return bad(format!(
+                "max_sessions must be at most 65535, AMQP's channel limit (got {})",
+                self.max_sessions
+            ));
+        }
+        if self.auth_timeout.is_zero() {
+            return bad("auth_timeout must be positive".into());
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! The hub's state in the data dir (`mqstate serve --data-dir DIR`): `DIR/iothub.redb`, next
 //! to the store's `store.redb`, opened and written by the same code
 //! ([`crate::persist::redb_file`]: the same lock, format check, error texts and retry after a
-//! failed write).
+//! failed write), and as private: created 0600 in a data dir created 0700, whatever the umask
+//! (it holds every device's keys).
 //!
 //! What is kept: the device registry (ids, keys, generation ids), every message of every
 //! device queue (properties, body, state, delivery count, lock end and expiry as absolute

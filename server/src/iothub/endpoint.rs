@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use super::properties;
+use crate::untrusted::cut;
 
 /// Room for the topic and headers around the largest body.
 const PACKET_OVERHEAD: usize = 64 * 1024;
@@ -97,6 +98,7 @@ pub(crate) async fn run(
         let tls = tls.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
+            let refusals = hub.clone();
             let result = match tls {
                 Some(acceptor) => {
                     let limit = hub.config().connect_timeout;
@@ -107,8 +109,12 @@ pub(crate) async fn run(
                 }
                 None => serve(hub, stream, stop).await,
             };
-            if let Err(why) = result {
-                tracing::info!(%peer, "iothub: device connection closed: {why}");
+            // Refusals and protocol errors, summarised per address (a peer repeating a bad
+            // CONNECT cannot fill the log).
+            if let Err(why) = result
+                && let Some(left_out) = refusals.refusals().admit(peer.ip())
+            {
+                tracing::info!(%peer, left_out, "iothub: device connection closed: {why}");
             }
         });
     }
@@ -170,7 +176,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .map_err(|_| "no CONNECT in time".to_owned())??;
     let Packet::Connect(connect) = first else {
-        return Err(format!("the first packet was not CONNECT but {first:?}"));
+        return Err(format!(
+            "the first packet was not CONNECT but {}",
+            cut(&format!("{first:?}"))
+        ));
     };
     if connect.protocol != mqttbytes::Protocol::V4 {
         // IoT Hub's MQTT endpoint speaks 3.1.1 only.
@@ -206,9 +215,11 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 ConnectRefusal::BadUsername(w) => (ConnectReturnCode::BadUserNamePassword, w),
                 ConnectRefusal::NotAuthorized(w) => (ConnectReturnCode::NotAuthorized, w),
             };
-            tracing::info!(device = %device_id, "iothub: connection refused: {why}");
             let _ = conn.send(Packet::ConnAck(ConnAck::new(code, false))).await;
-            return Err(format!("refused ({code:?}): {why}"));
+            return Err(format!(
+                "device {:?} refused ({code:?}): {why}",
+                cut(&device_id)
+            ));
         }
     };
     let connection = connected.id;
@@ -269,7 +280,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                                 } else {
                                     // Direct methods, desired property updates...: refused in the
                                     // SUBACK, the connection kept (the device may go on with C2D).
-                                    tracing::info!(device = %device_id, filter = %filter.path,
+                                    tracing::info!(device = %device_id, filter = ?cut(&filter.path),
                                         "iothub: subscription refused (only {devicebound}# and {TWIN_RESPONSES} are served: no direct methods, no twin updates)");
                                     codes.push(SubscribeReasonCode::Failure);
                                 }
@@ -299,17 +310,17 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                                     conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
                                 }
                                 if twin_responses {
-                                    tracing::info!(device = %device_id, rid, status = TWIN_REFUSED_STATUS,
+                                    tracing::info!(device = %device_id, rid = ?cut(rid), status = TWIN_REFUSED_STATUS,
                                         "iothub: twin request refused: device twins are not supported (cannot {what})");
                                     conn.send(Packet::Publish(twin_refusal(what, rid))).await?;
                                 } else {
-                                    tracing::info!(device = %device_id, rid,
+                                    tracing::info!(device = %device_id, rid = ?cut(rid),
                                         "iothub: twin request ignored: not subscribed to {TWIN_RESPONSES}, where its refusal would go");
                                 }
                                 continue;
                             }
                             let Some(bag) = publish.topic.strip_prefix(&events) else {
-                                return Err(format!("publish to {:?}: a device may only publish to {events}", publish.topic));
+                                return Err(format!("publish to {:?}: a device may only publish to {events}", cut(&publish.topic)));
                             };
                             if publish.payload.len() > config.max_telemetry_size {
                                 return Err(format!("telemetry of {} bytes is over the limit of {}", publish.payload.len(), config.max_telemetry_size));
@@ -320,7 +331,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                                 conn.send(Packet::PubAck(PubAck::new(publish.pkid))).await?;
                             }
                         }
-                        other => return Err(format!("unexpected packet from a device: {other:?}")),
+                        other => return Err(format!("unexpected packet from a device: {}", cut(&format!("{other:?}")))),
                     }
                 }
                 command = connected.rx.recv() => match command {
@@ -355,6 +366,18 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(())
         }
         Err(why) => Err(format!("device {device_id:?}: {why}")),
+    }
+}
+
+/// The connection handler for `crate::fuzzing`, which cannot name this module.
+#[cfg(any(test, feature = "fuzzing"))]
+impl crate::fuzzing::Hooks {
+    pub(crate) async fn mqtt_serve<S: AsyncRead + AsyncWrite + Unpin>(
+        hub: IotHub,
+        stream: S,
+        stop: watch::Receiver<bool>,
+    ) -> Result<(), String> {
+        serve(hub, stream, stop).await
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,22 @@ use super::registry::DeviceSpec;
 
 /// The longest a request may wait for feedback or telemetry (`waitSecs`).
 const MAX_WAIT: Duration = Duration::from_secs(300);
+/// The longest-lived device token `GET /devices/{id}/token` makes (`ttlSecs`): far beyond any
+/// use, and far from the clock's end (a TTL of `u64::MAX` seconds used to overflow it).
+const MAX_TOKEN_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// Room in a request body for everything but a message's payload (ids, properties, JSON).
+const BODY_OVERHEAD: usize = 64 * 1024;
+
+/// The largest request body the admin API reads, for a hub whose largest cloud-to-device
+/// body is `max_message_size`: that body written as JSON text with every byte escaped
+/// (`\u00XX`, 6 bytes per byte; base64 needs only 4 per 3), plus 64 KiB for the rest. With
+/// the default 64 KiB messages: 448 KiB. Larger bodies get `413` before any is buffered
+/// beyond the limit.
+pub fn body_limit(max_message_size: usize) -> usize {
+    max_message_size
+        .saturating_mul(6)
+        .saturating_add(BODY_OVERHEAD)
+}
 
 /// The body of `POST /devices/{id}/messages/devicebound`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -154,17 +171,41 @@ pub struct PurgeResult {
     pub total_messages_purged: usize,
 }
 
-struct ApiError(IotHubError);
+/// Why an admin API request failed: the hub's error, or a body that could not be read.
+enum ApiError {
+    Hub(IotHubError),
+    /// Too large for [`body_limit`] (`413`), or cut short.
+    Body(BytesRejection),
+}
 
 impl From<IotHubError> for ApiError {
     fn from(e: IotHubError) -> Self {
-        ApiError(e)
+        ApiError::Hub(e)
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        ApiError::Body(rejection)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = match &self.0 {
+        let e = match self {
+            ApiError::Hub(e) => e,
+            ApiError::Body(rejection) => {
+                let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    "RequestTooLarge"
+                } else {
+                    "InvalidRequestBody"
+                };
+                let body =
+                    serde_json::json!({ "errorCode": code, "message": rejection.body_text() });
+                return (rejection.status(), axum::Json(body)).into_response();
+            }
+        };
+        let status = match &e {
             IotHubError::DeviceNotFound(_) => StatusCode::NOT_FOUND,
             IotHubError::DeviceAlreadyExists(_) => StatusCode::CONFLICT,
             IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
@@ -176,7 +217,7 @@ impl IntoResponse for ApiError {
             IotHubError::NotPersisted(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         };
-        let body = serde_json::json!({ "errorCode": self.0.code(), "message": self.0.to_string() });
+        let body = serde_json::json!({ "errorCode": e.code(), "message": e.to_string() });
         (status, axum::Json(body)).into_response()
     }
 }
@@ -208,8 +249,11 @@ fn query_secs(
     }
 }
 
-/// The admin API's routes over `hub`.
+/// The admin API's routes over `hub`. Every route that changes state has a method other than
+/// GET, except the feedback receive, which locks a batch: it is marked with
+/// [`crate::web::guard::state_changing`], so browsers from elsewhere cannot send it either.
 pub fn router(hub: IotHub) -> Router {
+    let limit = body_limit(hub.config().max_message_size);
     Router::new()
         .route("/hub", get(hub_info))
         .route("/devices", get(list_devices))
@@ -227,7 +271,10 @@ pub fn router(hub: IotHub) -> Router {
             get(queue).post(send).delete(purge),
         )
         .route("/devices/{id}/messages/events", get(events))
-        .route("/messages/servicebound/feedback", get(receive_feedback))
+        .route(
+            "/messages/servicebound/feedback",
+            crate::web::guard::state_changing(get(receive_feedback)),
+        )
         .route(
             "/messages/servicebound/feedback/{token}",
             axum::routing::delete(complete_feedback),
@@ -237,6 +284,7 @@ pub fn router(hub: IotHub) -> Router {
             post(abandon_feedback),
         )
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(hub)
 }
 
@@ -317,9 +365,9 @@ async fn get_device(
 async fn add_device(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<impl IntoResponse> {
-    let request: AddDeviceRequest = parse_json(&body)?;
+    let request: AddDeviceRequest = parse_json(&body?)?;
     let spec = DeviceSpec {
         id,
         primary_key: request.primary_key,
@@ -349,10 +397,13 @@ async fn device_token(
         Some(t) => t
             .parse::<u64>()
             .ok()
-            .filter(|&s| s > 0)
             .map(Duration::from_secs)
+            .filter(|d| !d.is_zero() && *d <= MAX_TOKEN_TTL)
             .ok_or_else(|| {
-                IotHubError::invalid(format!("ttlSecs={t:?} is not a positive whole number"))
+                IotHubError::invalid(format!(
+                    "ttlSecs={t:?} is not a whole number of seconds from 1 to {}",
+                    MAX_TOKEN_TTL.as_secs()
+                ))
             })?,
     };
     let password = hub.device_token(&id, ttl)?;
@@ -368,9 +419,9 @@ async fn device_token(
 async fn send(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<impl IntoResponse> {
-    let request: SendRequest = parse_json(&body)?;
+    let request: SendRequest = parse_json(&body?)?;
     let receipt = hub.send(&id, request.into_message()?)?;
     // Acknowledged only once it is on disk (with a data dir; group commit).
     hub.persisted().await?;

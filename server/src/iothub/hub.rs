@@ -26,6 +26,7 @@ use super::properties::Property;
 use super::queue::{self, DeviceQueue, LockedMessage, Now, Outcome, Settlement};
 use super::registry::{Device, DeviceSpec, DeviceStatus, DeviceUpdate, Identity, new_etag};
 use super::sas;
+use crate::untrusted::{RefusalLog, cut};
 
 /// What the hub tells a connection task.
 #[derive(Debug)]
@@ -203,6 +204,8 @@ struct Inner {
     policies: Policies,
     /// With a data dir.
     durable: Option<Durable>,
+    /// Which refusals (bad tokens, refused links and CONNECTs) every transport logs.
+    refusals: RefusalLog,
 }
 
 /// The local IoT Hub's service side, in process: register devices, send cloud-to-device
@@ -309,6 +312,7 @@ impl IotHub {
                 ca_pem: Mutex::new(None),
                 policies,
                 durable,
+                refusals: RefusalLog::default(),
             }),
         };
         {
@@ -379,6 +383,11 @@ impl IotHub {
         self.add_device(spec).map(drop)
     }
 
+    /// Which refusals to log, per peer address: every transport logs its refusals through it.
+    pub(crate) fn refusals(&self) -> &RefusalLog {
+        &self.inner.refusals
+    }
+
     /// The configuration the hub runs with.
     pub fn config(&self) -> &IotHubConfig {
         &self.inner.config
@@ -430,7 +439,7 @@ impl IotHub {
         let unauthorized = |why: String| IotHubError::Unauthorized(why);
         let device = self
             .device(device_id)
-            .map_err(|_| unauthorized(format!("device {device_id:?} is not registered")))?;
+            .map_err(|_| unauthorized(format!("device {:?} is not registered", cut(device_id))))?;
         if device.status == DeviceStatus::Disabled {
             return Err(unauthorized(format!("device {device_id:?} is disabled")));
         }
@@ -1102,11 +1111,13 @@ impl IotHub {
     ) -> Result<Connected, ConnectRefusal> {
         let now = Now::current();
         let hostname = &self.inner.config.hostname;
-        let mut state = self.state();
-        let device = state.devices.get_mut(client_id).ok_or_else(|| {
-            ConnectRefusal::NotAuthorized(format!("device {client_id:?} is not registered"))
-        })?;
-        if device.device.status == DeviceStatus::Disabled {
+        let not_registered = || {
+            ConnectRefusal::NotAuthorized(format!("device {:?} is not registered", cut(client_id)))
+        };
+        // The credentials are the peer's text: they are checked on a copy of the device,
+        // with no lock held, so that nothing a peer sends runs under the state lock.
+        let device = self.device(client_id).map_err(|_| not_registered())?;
+        if device.status == DeviceStatus::Disabled {
             return Err(ConnectRefusal::NotAuthorized(format!(
                 "device {client_id:?} is disabled"
             )));
@@ -1121,20 +1132,25 @@ impl IotHub {
             Some(q) if q.split('&').any(|p| p.starts_with("api-version=")) => {}
             _ => {
                 return Err(ConnectRefusal::BadUsername(format!(
-                    "user name {username:?} is not \"{expected}?api-version=...\""
+                    "user name {:?} is not \"{expected}?api-version=...\"",
+                    cut(username)
                 )));
             }
         }
         let password = password
             .ok_or_else(|| ConnectRefusal::NotAuthorized("no password (SAS token)".into()))?;
         let token_expires = self
-            .check_device_token(&device.device, password, now.utc)
+            .check_device_token(&device, password, now.utc)
             .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?;
+        let mut state = self.state();
         let id = state.next_connection;
         state.next_connection += 1;
-        let Some(device) = state.devices.get_mut(client_id) else {
+        let Some(device) = state.devices.get_mut(client_id).filter(|d| {
+            // Deleted, re-created, disabled or given new keys since the check: check again.
+            d.device.generation_id == device.generation_id && d.device.etag == device.etag
+        }) else {
             return Err(ConnectRefusal::NotAuthorized(format!(
-                "device {client_id:?} is not registered"
+                "device {client_id:?} changed while it connected; connect again"
             )));
         };
         let (tx, rx) = mpsc::unbounded_channel();

@@ -368,5 +368,5 @@ pub struct TelemetryMessage {
 
 /// The RFC 3339 form, to the millisecond, used for every time of the API.
 pub fn format_time(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
+    super::time::format_rfc3339_millis(time)
 }

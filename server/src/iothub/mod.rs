@@ -50,6 +50,7 @@ mod queue;
 pub mod registry;
 mod rest;
 pub mod sas;
+pub mod time;
 mod tls;
 
 use std::net::SocketAddr;
@@ -58,7 +59,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{
-    DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
+    AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceTls, IotHubConfig,
 };
 pub use durable::{HUB_FILE, HUB_FORMAT};

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::error::IotHubError;
 use super::registry::generate_key;
 use super::sas::{self, SasToken};
+use crate::untrusted::cut;
 
 /// The file of the policies in a data dir.
 pub const POLICIES_FILE: &str = "iothub-policies.json";
@@ -158,29 +159,47 @@ impl Policies {
             .map_err(|e| IotHubError::Config(format!("shared access policies: {e}")))
     }
 
-    /// The policies the hub starts with: from `file` when given (it must exist), else from
+    /// The policies the hub starts with: from `file` when given (it must exist; a warning
+    /// when users other than its owner can read it, as for password files), else from
     /// `data_dir`'s [`POLICIES_FILE`] (written, mode 0600, with generated keys the first
-    /// time), else generated.
+    /// time; made 0600 if an older version left it readable by others), else generated.
     pub fn load(file: Option<&Path>, data_dir: Option<&Path>) -> Result<Policies, IotHubError> {
-        let read = |path: &Path| -> Result<Policies, IotHubError> {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                IotHubError::Config(format!("shared access policies {}: {e}", path.display()))
-            })?;
-            check(&text)
+        let fail = |path: &Path, e: &dyn std::fmt::Display| {
+            IotHubError::Config(format!("shared access policies {}: {e}", path.display()))
+        };
+        let parse = |path: &Path, text: &str| -> Result<Policies, IotHubError> {
+            check(text)
                 .map(|policies| Policies { policies })
-                .map_err(|e| {
-                    IotHubError::Config(format!("shared access policies {}: {e}", path.display()))
-                })
+                .map_err(|e| fail(path, &e))
         };
         if let Some(file) = file {
-            return read(file);
+            let text = std::fs::read_to_string(file).map_err(|e| fail(file, &e))?;
+            if let Some(warning) = crate::security::loose_permissions(file) {
+                tracing::warn!("shared access policies file {warning}");
+            }
+            return parse(file, &text);
         }
         let Some(dir) = data_dir else {
             return Policies::generate();
         };
+        // The hub may open its data dir before the store does (or without it): created
+        // private here too.
+        crate::persist::private::create_data_dir(dir).map_err(|e| match e {
+            crate::error::ServerError::DataDir(text) => IotHubError::DataDir(text),
+            other => IotHubError::DataDir(other.to_string()),
+        })?;
         let path: PathBuf = dir.join(POLICIES_FILE);
-        if path.exists() {
-            return read(&path);
+        match std::fs::File::open(&path) {
+            Ok(mut opened) => {
+                crate::persist::private::tighten_file(&opened, &path)
+                    .map_err(|e| fail(&path, &e))?;
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut opened, &mut text)
+                    .map_err(|e| fail(&path, &e))?;
+                return parse(&path, &text);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(&path, &e)),
         }
         let policies = Policies::generate()?;
         let json = serde_json::to_string_pretty(&policies.policies)
@@ -235,7 +254,8 @@ impl Policies {
         };
         let Some(policy) = self.get(name) else {
             return Err(unauthorized(format!(
-                "no shared access policy named {name:?}"
+                "no shared access policy named {:?}",
+                cut(name)
             )));
         };
         let scope = parsed
@@ -244,8 +264,9 @@ impl Policies {
             .trim_end_matches('/');
         if !scope.eq_ignore_ascii_case(resource) {
             return Err(unauthorized(format!(
-                "the SAS token is for {:?}, not {resource:?}",
-                parsed.resource
+                "the SAS token is for {:?}, not {:?}",
+                cut(&parsed.resource),
+                cut(resource)
             )));
         }
         if parsed.expires_at() <= now {

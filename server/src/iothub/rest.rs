@@ -42,6 +42,7 @@ use super::error::IotHubError;
 use super::message::format_time;
 use super::policies::Right;
 use super::registry::{DeviceStatus, DeviceUpdate, Identity};
+use crate::untrusted::cut;
 
 // The device API (device tokens, not service ones) is a child module so that it shares this
 // module's error body and api-version check without widening their visibility.
@@ -68,7 +69,19 @@ pub(crate) fn router(hub: IotHub) -> Router {
         .route("/statistics/service", get(service_statistics))
         .merge(device::routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            hub.clone(),
+            log_refusals,
+        ))
         .with_state(hub)
+}
+
+/// The router for `crate::fuzzing`, which cannot name this module.
+#[cfg(any(test, feature = "fuzzing"))]
+impl crate::fuzzing::Hooks {
+    pub(crate) fn rest_router(hub: IotHub) -> Router {
+        router(hub)
+    }
 }
 
 /// A refused request, answered as IoT Hub answers it.
@@ -122,8 +135,9 @@ impl IntoResponse for RestError {
         // text must not hold a ';'. IoT Hub says only "Unauthorized" there; the reason (what
         // a developer needs locally) goes to `ExceptionMessage`, which SDKs keep as the raw
         // body.
-        let (text, exception) = if self.status == StatusCode::UNAUTHORIZED {
-            tracing::info!(reason = %self.message, "iothub: REST request refused");
+        let refused =
+            (self.status == StatusCode::UNAUTHORIZED).then(|| Refused(self.message.clone()));
+        let (text, exception) = if refused.is_some() {
             (
                 "Unauthorized".to_owned(),
                 format!("{}. {tracking}", self.message),
@@ -139,8 +153,39 @@ impl IntoResponse for RestError {
         response
             .headers_mut()
             .insert("iothub-errorcode", HeaderValue::from_static(self.code));
+        if let Some(refused) = refused {
+            response.extensions_mut().insert(refused);
+        }
         response
     }
+}
+
+/// Why a request was refused for its credentials, for [`log_refusals`].
+#[derive(Debug, Clone)]
+struct Refused(String);
+
+/// Logs the requests refused for their credentials, with the caller's address, through the
+/// hub's [`crate::untrusted::RefusalLog`]: a peer repeating a bad token adds a few lines a
+/// minute, and each line quotes at most a short prefix of what it sent.
+async fn log_refusals(
+    State(hub): State<IotHub>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0);
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if let Some(Refused(reason)) = response.extensions().get::<Refused>() {
+        let ip = peer.map_or(std::net::IpAddr::from([0, 0, 0, 0]), |p| p.ip());
+        if let Some(left_out) = hub.refusals().admit(ip) {
+            tracing::info!(peer = ?peer, path = ?cut(&path), left_out, %reason,
+                "iothub: REST request refused");
+        }
+    }
+    response
 }
 
 type RestResult<T> = Result<T, RestError>;

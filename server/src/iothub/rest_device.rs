@@ -24,6 +24,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::untrusted::cut;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -93,7 +95,8 @@ fn authorize_device(hub: &IotHub, headers: &HeaderMap, id: &str) -> RestResult<(
         .get(header::AUTHORIZATION)
         .ok_or_else(|| {
             IotHubError::Unauthorized(format!(
-                "no Authorization header (a SharedAccessSignature token for device {id:?})"
+                "no Authorization header (a SharedAccessSignature token for device {:?})",
+                cut(id)
             ))
         })?
         .to_str()

@@ -1,6 +1,7 @@
 //! The data dir: one redb database file, `store.redb`, holding every persisted key and the
 //! highest HLC millisecond the server has used; and `broker/`, the embedded broker's session
-//! storage.
+//! storage. The directory is created 0700 and every file the server writes in it 0600,
+//! whatever the umask (see `private`).
 //!
 //! Opening never changes or wipes anything it does not understand: a directory that cannot
 //! be written, a file locked by another server, a file from another format or program, or a

@@ -47,6 +47,7 @@
 
 mod clock;
 mod data_dir;
+pub(crate) mod private;
 pub mod record;
 pub(crate) mod redb_file;
 
@@ -168,9 +169,14 @@ impl Persistence {
         self.inner.dir.path()
     }
 
-    /// Where the embedded broker keeps its sessions.
-    pub fn broker_dir(&self) -> PathBuf {
-        self.inner.dir.path().join(BROKER_DIR)
+    /// Where the embedded broker keeps its sessions, created (mode 0700) if missing and made
+    /// private if an older version left it readable by others. The broker's storage creates
+    /// its files with the umask's modes; this directory keeps other users out of them (and
+    /// `mqstate serve` runs with a umask that keeps them 0600).
+    pub fn broker_dir(&self) -> Result<PathBuf, ServerError> {
+        let dir = self.inner.dir.path().join(BROKER_DIR);
+        private::create_own_dir(&dir)?;
+        Ok(dir)
     }
 
     /// Whether a SET is kept on disk: always in [`PersistMode::All`], else when it asked.

@@ -3,6 +3,9 @@
 //! Hub's (`iothub.redb`) both use it, so that a locked, damaged, foreign or newer-format file
 //! gives the same errors for both, and a failed write is retried the same way.
 //!
+//! The directory and the file are private to the server's user (0700, 0600), see
+//! [`super::private`].
+//!
 //! Opening never changes or wipes anything it does not understand: a directory that cannot be
 //! written, a file locked by another server, a file from another format or program, or a
 //! damaged file is a [`ServerError::DataDir`] naming the file.
@@ -44,21 +47,12 @@ pub(crate) struct RedbFile {
 }
 
 impl RedbFile {
-    /// Opens (creating them if needed) the directory and the file `name` in it.
+    /// Opens (creating them if needed, private: see [`super::private`]) the directory and
+    /// the file `name` in it.
     pub fn open(dir: &Path, name: &str) -> Result<RedbFile, ServerError> {
-        let shown = dir.display();
-        if dir.exists() && !dir.is_dir() {
-            return Err(ServerError::DataDir(format!(
-                "{shown} exists and is not a directory"
-            )));
-        }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            ServerError::DataDir(format!("cannot create the directory {shown}: {e}"))
-        })?;
+        super::private::create_data_dir(dir)?;
         let file = dir.join(name);
-        let db = Database::builder()
-            .create(&file)
-            .map_err(|e| open_error(&file, e))?;
+        let db = open_database(&file).map_err(|e| open_error(&file, e))?;
         Ok(RedbFile {
             dir: dir.to_owned(),
             file,
@@ -181,12 +175,10 @@ impl RedbFile {
             });
         }
         if guard.is_none() {
-            let db = Database::builder()
-                .create(&self.file)
-                .map_err(|e| CommitFailed {
-                    file: self.file.display().to_string(),
-                    reason: format!("cannot open it again after a failed write: {e}"),
-                })?;
+            let db = open_database(&self.file).map_err(|e| CommitFailed {
+                file: self.file.display().to_string(),
+                reason: format!("cannot open it again after a failed write: {e}"),
+            })?;
             *guard = Some(db);
         }
         let Some(db) = guard.as_ref() else {
@@ -234,6 +226,19 @@ pub(crate) fn meta_raise(txn: &WriteTransaction, key: &str, value: u64) -> Resul
     let stored = meta.get(key)?.map_or(0, |v| v.value());
     meta.insert(key, stored.max(value))?;
     Ok(())
+}
+
+/// Opens (creating it) the database file. The file is opened here, not by redb, so that a new
+/// one is created with mode 0600 at once (redb's own `create` leaves the mode to the umask);
+/// redb keeps everything in this one file (no journal or temporary file beside it). An older
+/// file others can read is tightened once redb has opened it: a file that is not a database
+/// is left exactly as it was.
+fn open_database(file: &Path) -> Result<Database, DatabaseError> {
+    let opened = super::private::create_file(file)?;
+    let handle = opened.try_clone()?;
+    let db = Database::builder().create_file(opened)?;
+    super::private::tighten_file(&handle, file)?;
+    Ok(db)
 }
 
 /// A clear message for each way the database file can fail to open.

@@ -25,6 +25,8 @@ mod tokens;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+#[cfg(unix)]
+pub(crate) use passwd::is_loose;
 pub(crate) use passwd::write_private_file;
 pub use passwd::{hash_password, loose_permissions, set_password};
 pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};

@@ -76,8 +76,9 @@ pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Resul
     options.open(path)?.write_all(contents)
 }
 
-/// A warning for a secrets file (password hashes, SAT tokens) that others than its owner may
-/// read or write, or `None` when it is private (or the platform has no such modes).
+/// A warning for a secrets file (password hashes, SAT tokens, policy keys) or a directory of
+/// them (the data dir) that others than its owner may read or write, or `None` when it is
+/// private (or the platform has no such modes).
 ///
 /// ```
 /// # #[cfg(unix)] {
@@ -89,16 +90,22 @@ pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Resul
 /// assert!(mqstate_server::security::loose_permissions(&file).is_some());
 /// std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
 /// assert!(mqstate_server::security::loose_permissions(&file).is_none());
+/// std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+/// let warning = mqstate_server::security::loose_permissions(dir.path()).unwrap();
+/// assert!(warning.contains("mode 755") && warning.contains("chmod 700"), "{warning}");
 /// # }
 /// ```
 pub fn loose_permissions(path: &Path) -> Option<String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then(|| {
+        let metadata = std::fs::metadata(path).ok()?;
+        let mode = metadata.permissions().mode() & 0o777;
+        // A directory needs its owner's x bit to be used at all.
+        let private = if metadata.is_dir() { "700" } else { "600" };
+        is_loose(mode).then(|| {
             format!(
-                "{} has mode {mode:03o}: users other than its owner can read or change it (run `chmod 600 {}`)",
+                "{} has mode {mode:03o}: users other than its owner can read or change it (run `chmod {private} {}`)",
                 path.display(),
                 path.display()
             )
@@ -109,6 +116,13 @@ pub fn loose_permissions(path: &Path) -> Option<String> {
         let _ = path;
         None
     }
+}
+
+/// The rule of [`loose_permissions`]: whether a mode gives users other than the owner any
+/// right (group or others).
+#[cfg(unix)]
+pub(crate) fn is_loose(mode: u32) -> bool {
+    mode & 0o077 != 0
 }
 
 #[cfg(test)]

@@ -10,7 +10,10 @@
 //! - `Authorization: Basic`, with a user and password of the broker's password file (checked
 //!   like an MQTT login: on the blocking pool, throttled per address);
 //! - the session cookie set by `POST /login` (the dashboard's login page at `/login` takes
-//!   the token or a user and password): `HttpOnly; SameSite=Strict`, 12 hours;
+//!   the token or a user and password): `HttpOnly; SameSite=Strict`, 12 hours. Each user
+//!   (the access token counts as one) keeps at most [`MAX_SESSIONS_PER_USER`] sessions, its
+//!   oldest ending when it opens one more; all together at most [`MAX_SESSIONS`], beyond
+//!   which logins are refused (`503`) rather than ending anyone else's session;
 //! - on the IoT Hub admin API's routes, `Authorization: SharedAccessSignature ...`, a service
 //!   token of one of the hub's shared access policies with the right the route needs (the
 //!   check is the hub's, see [`WebAuth::accept_service_tokens`]).
@@ -41,13 +44,21 @@ use serde::Deserialize;
 use super::guard::refuse;
 use crate::error::ServerError;
 use crate::security::AccessControl;
+use crate::untrusted::cut;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "mqstate_session";
 /// How long a dashboard session lasts.
 const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
-/// Sessions kept at most (the oldest go first beyond it): logins cannot grow memory.
-const MAX_SESSIONS: usize = 1024;
+/// Sessions one user (or the access token) keeps at most: one more login ends that user's
+/// oldest session, and no one else's.
+pub const MAX_SESSIONS_PER_USER: usize = 32;
+/// Sessions kept at most, all users together, so that logins cannot grow memory: beyond it a
+/// login is refused (`503`) until sessions end. Never reached by evicting: that would let
+/// one user log everyone else out.
+pub const MAX_SESSIONS: usize = 4096;
+/// The largest login request body: a token, a user name and a password.
+const LOGIN_BODY_LIMIT: usize = 16 * 1024;
 const LOGIN_HTML: &str = include_str!("../dashboard/assets/login.html");
 
 /// Checks a service SAS token for a request (method, path, token): `Err` says why it is
@@ -62,8 +73,32 @@ pub struct WebAuth {
     token_digest: [u8; 32],
     /// The broker's users (`None` without a password file).
     users: Option<Arc<AccessControl>>,
-    /// Digest of each session id, and when it ends.
-    sessions: Mutex<HashMap<[u8; 32], Instant>>,
+    /// The sessions, by digest of their id.
+    sessions: Mutex<HashMap<[u8; 32], Session>>,
+}
+
+/// Who logged in, for the sessions' caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Holder {
+    /// Whoever has the access token (one "user" for the caps).
+    Token,
+    /// A user of the password file.
+    User(String),
+}
+
+#[derive(Debug)]
+struct Session {
+    end: Instant,
+    holder: Holder,
+}
+
+/// Why no session was opened.
+#[derive(Debug)]
+enum SessionRefused {
+    /// [`MAX_SESSIONS`] are open.
+    Full,
+    /// No random id (the OS gave no randomness).
+    Random(ServerError),
 }
 
 impl std::fmt::Debug for WebAuth {
@@ -151,24 +186,39 @@ impl WebAuth {
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Instant>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Session>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn new_session(&self) -> Result<String, ServerError> {
-        let id = crate::security::random_secret("a web session")?;
+    /// Opens a session for `holder`: its own oldest session ends if it has
+    /// [`MAX_SESSIONS_PER_USER`]; refused if [`MAX_SESSIONS`] are open. (At most a few
+    /// thousand sessions: the scans under the lock are short.)
+    fn new_session(&self, holder: Holder) -> Result<String, SessionRefused> {
+        let id = crate::security::random_secret("a web session").map_err(SessionRefused::Random)?;
         let now = Instant::now();
         let mut sessions = self.sessions();
-        sessions.retain(|_, end| *end > now);
-        if sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = sessions
+        sessions.retain(|_, s| s.end > now);
+        let own = sessions.values().filter(|s| s.holder == holder).count();
+        if own >= MAX_SESSIONS_PER_USER {
+            // Same lifetime for all: the one that ends first is the oldest.
+            if let Some(oldest) = sessions
                 .iter()
-                .min_by_key(|(_, end)| **end)
+                .filter(|(_, s)| s.holder == holder)
+                .min_by_key(|(_, s)| s.end)
                 .map(|(k, _)| *k)
-        {
-            sessions.remove(&oldest);
+            {
+                sessions.remove(&oldest);
+            }
+        } else if sessions.len() >= MAX_SESSIONS {
+            return Err(SessionRefused::Full);
         }
-        sessions.insert(digest(id.as_bytes()), now + SESSION_LIFETIME);
+        sessions.insert(
+            digest(id.as_bytes()),
+            Session {
+                end: now + SESSION_LIFETIME,
+                holder,
+            },
+        );
         Ok(id)
     }
 
@@ -176,7 +226,7 @@ impl WebAuth {
         let now = Instant::now();
         self.sessions()
             .get(&digest(id.as_bytes()))
-            .is_some_and(|end| *end > now)
+            .is_some_and(|s| s.end > now)
     }
 
     fn end_session(&self, id: &str) {
@@ -223,7 +273,8 @@ impl WebAuth {
     }
 }
 
-fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+/// The value of the session cookie among a request's cookies.
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -241,6 +292,7 @@ pub fn require(router: Router, auth: Arc<WebAuth>) -> Router {
     let login = Router::new()
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
+        .layer(axum::extract::DefaultBodyLimit::max(LOGIN_BODY_LIMIT))
         .with_state(Arc::clone(&auth));
     router
         .layer(axum::middleware::from_fn_with_state(auth, check))
@@ -304,23 +356,50 @@ struct Login {
 async fn login(
     State(auth): State<Arc<WebAuth>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    axum::Json(login): axum::Json<Login>,
+    login: Result<axum::Json<Login>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let accepted = match (&login.token, &login.user, &login.password) {
-        (Some(token), _, _) => auth.token_matches(token),
-        (None, Some(user), Some(password)) => auth.user_matches(user, password, peer).await,
-        _ => false,
+    let login = match login {
+        Ok(axum::Json(login)) => login,
+        // Too large (`413`) or not the login form: the JSON error of every web surface.
+        Err(rejection) => {
+            return refuse(rejection.status(), "InvalidLogin", rejection.body_text());
+        }
     };
-    if !accepted {
-        tracing::warn!(%peer, "web login refused");
+    let holder = match (&login.token, &login.user, &login.password) {
+        (Some(token), _, _) => auth.token_matches(token).then_some(Holder::Token),
+        (None, Some(user), Some(password)) => auth
+            .user_matches(user, password, peer)
+            .await
+            .then(|| Holder::User(user.clone())),
+        _ => None,
+    };
+    let Some(holder) = holder else {
+        tracing::warn!(%peer, user = ?login.user.as_deref().map(cut), "web login refused");
         return refuse(
             StatusCode::UNAUTHORIZED,
             "Unauthorized",
             "wrong token, user or password".to_owned(),
         );
-    }
-    let Ok(id) = auth.new_session() else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let id = match auth.new_session(holder) {
+        Ok(id) => id,
+        Err(SessionRefused::Full) => {
+            tracing::warn!(%peer, "web login refused: {MAX_SESSIONS} sessions are open");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "TooManySessions",
+                format!(
+                    "{MAX_SESSIONS} dashboard sessions are open; log in again later (sessions \
+                     end after {} hours or at logout), or use the access token as \
+                     'Authorization: Bearer TOKEN'",
+                    SESSION_LIFETIME.as_secs() / 3600
+                ),
+            );
+        }
+        Err(SessionRefused::Random(e)) => {
+            tracing::error!(error = %e, "web login: no session");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
     };
     let cookie = format!(
         "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
@@ -365,14 +444,73 @@ mod tests {
     #[test]
     fn sessions_end_and_are_bounded() {
         let auth = WebAuth::new("token-of-sixteen-chars".into(), None);
-        let id = auth.new_session().unwrap();
+        let id = auth.new_session(Holder::Token).unwrap();
         assert!(auth.session_valid(&id));
         assert!(!auth.session_valid("forged"));
         auth.end_session(&id);
         assert!(!auth.session_valid(&id));
-        for _ in 0..MAX_SESSIONS + 10 {
-            auth.new_session().unwrap();
+        for _ in 0..MAX_SESSIONS_PER_USER + 10 {
+            auth.new_session(Holder::Token).unwrap();
         }
-        assert!(auth.sessions().len() <= MAX_SESSIONS);
+        assert_eq!(auth.sessions().len(), MAX_SESSIONS_PER_USER);
+    }
+
+    /// Issue: with one cap for everyone, the oldest session evicted first, one user logging
+    /// in 1,024 times ended the operator's session.
+    #[test]
+    fn one_user_logging_in_again_and_again_ends_only_its_own_sessions() {
+        let auth = WebAuth::new("token-of-sixteen-chars".into(), None);
+        let operator = auth.new_session(Holder::User("operator".into())).unwrap();
+        let token = auth.new_session(Holder::Token).unwrap();
+        let mallory = || Holder::User("mallory".into());
+        let first = auth.new_session(mallory()).unwrap();
+        let mut last = first.clone();
+        for _ in 0..1030 {
+            last = auth.new_session(mallory()).unwrap();
+        }
+        assert!(
+            auth.session_valid(&operator),
+            "another user's session ended"
+        );
+        assert!(auth.session_valid(&token), "the token's session ended");
+        assert!(auth.session_valid(&last));
+        assert!(
+            !auth.session_valid(&first),
+            "the user's oldest session ends"
+        );
+        let held = |h: Holder| auth.sessions().values().filter(|s| s.holder == h).count();
+        assert_eq!(held(mallory()), MAX_SESSIONS_PER_USER);
+        assert_eq!(auth.sessions().len(), MAX_SESSIONS_PER_USER + 2);
+    }
+
+    /// Beyond the global cap a login is refused; no one's session is evicted for it.
+    #[test]
+    fn beyond_the_global_cap_logins_are_refused_not_evicting() {
+        let auth = WebAuth::new("token-of-sixteen-chars".into(), None);
+        let users = MAX_SESSIONS / MAX_SESSIONS_PER_USER;
+        let mut ids = Vec::new();
+        for user in 0..users {
+            for _ in 0..MAX_SESSIONS_PER_USER {
+                ids.push(auth.new_session(Holder::User(user.to_string())).unwrap());
+            }
+        }
+        assert_eq!(auth.sessions().len(), MAX_SESSIONS);
+        assert!(matches!(
+            auth.new_session(Holder::User("newcomer".into())),
+            Err(SessionRefused::Full)
+        ));
+        assert!(matches!(
+            auth.new_session(Holder::Token),
+            Err(SessionRefused::Full)
+        ));
+        assert!(ids.iter().all(|id| auth.session_valid(id)));
+        // A user at its own cap still logs in: it ends its own oldest session.
+        let again = auth.new_session(Holder::User("0".into())).unwrap();
+        assert!(auth.session_valid(&again));
+        assert!(!auth.session_valid(&ids[0]));
+        assert!(ids[1..].iter().all(|id| auth.session_valid(id)));
+        // A session that ends makes room.
+        auth.end_session(&again);
+        assert!(auth.new_session(Holder::User("newcomer".into())).is_ok());
     }
 }

@@ -8,12 +8,22 @@
 //!   was configured with (the IoT Hub's host name) is served; any other gets `421 Misdirected
 //!   Request`. (An IP literal cannot be rebound: a page can only reach it from its own
 //!   origin, which is that address.)
-//! - **Cross-site requests**: a page may POST a `text/plain` or form body to any address
-//!   without the browser asking the server first (a CORS "simple request"). A POST, PUT or
-//!   PATCH must therefore say `Content-Type: application/json`, which no page can send
-//!   cross-site without a preflight the server never grants (`415` otherwise); and any
-//!   state-changing request that carries an `Origin` must come from the server's own origin
-//!   (`403` otherwise).
+//! - **Cross-site requests**: a page may send a `GET` (an `<img>`), or POST a `text/plain` or
+//!   form body, to any address without the browser asking the server first (a CORS "simple
+//!   request"), with the operator's cookies when the page is on the same site (another port
+//!   of the same host). So a request that changes state (every method but `GET`, `HEAD`,
+//!   `OPTIONS` and `TRACE`, and the `GET` routes marked with [`state_changing`], such as the
+//!   admin API's feedback receive, which locks a batch) is refused (`403`) when the browser
+//!   says it comes from elsewhere: `Sec-Fetch-Site` other than `same-origin` or `none`, or an
+//!   `Origin` that is not the server's own; and when it carries the session cookie without
+//!   proof of coming from the server's own pages (`Sec-Fetch-Site: same-origin` or the
+//!   server's own `Origin`, which a page elsewhere cannot send). Clients that are not
+//!   browsers (curl, `mqstate iothub`, the SDKs) send none of these headers and are not
+//!   concerned. A POST, PUT or PATCH must also say `Content-Type: application/json`, which no
+//!   page can send cross-site without a preflight the server never grants (`415` otherwise).
+//! - **Sizes and times**: a request head must arrive within [`HEAD_TIMEOUT`] and fit in
+//!   [`MAX_HEAD_BYTES`]; a body is read up to [`DEFAULT_BODY_LIMIT`] unless a route sets its
+//!   own limit (the admin API, the login page).
 //!
 //! ```
 //! use mqstate_server::web::guard::AllowedHosts;
@@ -26,16 +36,33 @@
 //! assert!(!hosts.allows("attacker.example:8880"));
 //! ```
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
+use crate::untrusted::cut;
 use crate::web::auth::WebAuth;
+
+/// How long a client has to send a request's head; an idle keep-alive connection is closed
+/// after as long.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest request head (request line and headers); larger ones get `431`.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// The largest request body of a route that sets no limit of its own (`413` beyond).
+pub const DEFAULT_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// The host names a web surface answers to, besides IP addresses and `localhost`.
 #[derive(Debug, Clone, Default)]
@@ -83,22 +110,99 @@ pub fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) ->
         Some(auth) => crate::web::auth::require(router, auth),
         None => router,
     };
-    router.layer(axum::middleware::from_fn_with_state(Arc::new(hosts), check))
+    router
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(hosts), check))
 }
 
-/// Serves a [`guard`]ed router on `listener` until `stop` resolves (with the peer addresses
-/// the credentials check throttles by).
+/// Marks `route` as changing state although it is a `GET` (it locks, receives or consumes
+/// something): it is refused to browsers from elsewhere like a POST is (see the module
+/// documentation). Routes with other methods need no mark: their method says it.
+///
+/// ```
+/// use axum::routing::get;
+/// use mqstate_server::web::guard::state_changing;
+///
+/// let app: axum::Router = axum::Router::new()
+///     .route("/queue/next", state_changing(get(|| async { "locked for you" })));
+/// ```
+pub fn state_changing<S>(route: MethodRouter<S>) -> MethodRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    route.route_layer(axum::middleware::from_fn(only_from_here))
+}
+
+async fn only_from_here(request: Request, next: Next) -> Response {
+    if let Some(refused) = from_elsewhere(request.headers(), host(&request)) {
+        return refused;
+    }
+    next.run(request).await
+}
+
+/// Serves a [`guard`]ed router on `listener` until `stop` resolves, then lets each
+/// connection finish its request in flight and returns when they have. Request heads are
+/// bounded in time and size ([`HEAD_TIMEOUT`], [`MAX_HEAD_BYTES`]), which `axum::serve`
+/// cannot do; handlers get the peer's address (`ConnectInfo<SocketAddr>`), which the
+/// credentials check throttles password guesses by.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop)
-    .await
+    let (stopping, stopped) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(connection(stream, peer, router.clone(), stopped.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "web: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            // Reap finished connections so the set does not grow with the server's age.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut stop => break,
+        }
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// One connection: HTTP/1.1 until the peer closes, a head times out, or the server stops.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let service = TowerToHyperService::new(router.layer(axum::Extension(ConnectInfo(peer))));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    let served = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        _ = stop.changed() => {
+            served.as_mut().graceful_shutdown();
+            served.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "web: connection ended");
+    }
 }
 
 /// The JSON error every web surface answers with: `{"errorCode": code, "message": message}`.
@@ -107,48 +211,114 @@ pub(crate) fn refuse(status: StatusCode, code: &str, message: String) -> Respons
     (status, axum::Json(body)).into_response()
 }
 
-async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    let host = headers
+/// The `Host` a request names (its header, or the authority of an absolute URI).
+fn host(request: &Request) -> Option<&str> {
+    request
+        .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        .or_else(|| request.uri().authority().map(|a| a.as_str()))
+}
+
+/// Whether `origin` (an `Origin` header's value) is this server's own origin, the one whose
+/// `Host` is `host`.
+fn own_origin(origin: &str, host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return false;
+    };
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|o| o.eq_ignore_ascii_case(host))
+}
+
+/// The refusal of a state-changing request that a browser sends on behalf of a page that is
+/// not one of this server's own (module documentation), or `None` to let it through.
+fn from_elsewhere(headers: &HeaderMap, host: Option<&str>) -> Option<Response> {
+    // A header that is not text is treated as a foreign value, never as absent.
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("(not text)"))
+    };
+    let fetch_site = text("sec-fetch-site");
+    let origin = text("origin");
+    let refused = |why: String| {
+        // `why` quotes the browser's values cut and escaped (`cut`, Debug).
+        tracing::warn!(host = ?host.map(cut), "web: state-changing request refused: {why}");
+        Some(refuse(
+            StatusCode::FORBIDDEN,
+            "CrossOrigin",
+            format!(
+                "{why}: a request that changes something is accepted from this server's own \
+                 pages or from clients that are not browsers"
+            ),
+        ))
+    };
+    // Fetch Metadata: the browser says where the request comes from. `none` is the operator
+    // typing the address or opening a bookmark.
+    if let Some(site) = fetch_site
+        && !site.eq_ignore_ascii_case("same-origin")
+        && !site.eq_ignore_ascii_case("none")
+    {
+        return refused(format!(
+            "the browser says this request comes from elsewhere (Sec-Fetch-Site: {:?})",
+            cut(site)
+        ));
+    }
+    if let Some(origin) = origin
+        && !own_origin(origin, host)
+    {
+        return refused(format!(
+            "requests from the origin {:?} are not accepted",
+            cut(origin)
+        ));
+    }
+    // The session cookie is sent by the browser with any request from the same site, which
+    // includes every other port of this host: it proves who the operator is, not which page
+    // sent the request. Only a browser that says the request is from this origin (Fetch
+    // Metadata, or `Origin`, both set by the browser and not by pages) may use it to change
+    // something; an older browser's `<img>` sends neither.
+    let proven = fetch_site.is_some_and(|s| s.eq_ignore_ascii_case("same-origin"))
+        || origin.is_some_and(|o| own_origin(o, host));
+    if !proven && crate::web::auth::session_cookie(headers).is_some() {
+        return refused(
+            "a request with the session cookie must say it comes from this server's own pages \
+             (Sec-Fetch-Site: same-origin or Origin)"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: Next) -> Response {
+    let host = host(&request);
     if let Some(host) = host
         && !hosts.allows(host)
     {
         tracing::warn!(
-            host,
+            host = ?cut(host),
             "web request for a host name this server does not have: refused"
         );
         return refuse(
             StatusCode::MISDIRECTED_REQUEST,
             "MisdirectedHost",
             format!(
-                "this server does not answer to the host name {host:?} (use its IP address, \
-                 localhost or its configured host name)"
+                "this server does not answer to the host name {:?} (use its IP address, \
+                 localhost or its configured host name)",
+                cut(host)
             ),
         );
     }
-    let changes_state =
-        [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(request.method());
-    if changes_state {
-        if let (Some(origin), Some(host)) = (headers.get(header::ORIGIN), host) {
-            let origin = origin.to_str().unwrap_or_default();
-            let same = origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"))
-                .is_some_and(|o| o.eq_ignore_ascii_case(host));
-            if !same {
-                tracing::warn!(origin, host, "cross-origin request refused");
-                return refuse(
-                    StatusCode::FORBIDDEN,
-                    "CrossOrigin",
-                    format!("requests from the origin {origin:?} are not accepted"),
-                );
-            }
+    // Every method but the safe ones changes state; the GET routes that do are marked with
+    // `state_changing` and checked there (after routing, which this layer comes before).
+    if !request.method().is_safe() {
+        if let Some(refused) = from_elsewhere(request.headers(), host) {
+            return refused;
         }
-        let has_body = request.method() != Method::DELETE;
-        let json = headers
+        let has_body = [Method::POST, Method::PUT, Method::PATCH].contains(request.method());
+        let json = request
+            .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|c| c.to_str().ok())
             .and_then(|c| c.split(';').next())
@@ -181,5 +351,47 @@ mod tests {
         assert!(hosts.allows("LOCALHOST"));
         assert!(!hosts.allows("localhost.attacker.example"));
         assert!(!hosts.allows("127.0.0.1.nip.io:8880"));
+    }
+
+    #[test]
+    fn browsers_from_elsewhere_are_told_apart() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, axum::http::HeaderValue::from_static(value));
+            }
+            map
+        };
+        let host = Some("127.0.0.1:8880");
+        let allowed = |pairs: &[(&'static str, &'static str)]| {
+            from_elsewhere(&headers(pairs), host).is_none()
+        };
+        // Clients that are not browsers, the server's own pages, the address bar.
+        assert!(allowed(&[]));
+        assert!(allowed(&[("sec-fetch-site", "same-origin")]));
+        assert!(allowed(&[("sec-fetch-site", "none")]));
+        assert!(allowed(&[("origin", "http://127.0.0.1:8880")]));
+        assert!(allowed(&[
+            ("cookie", "mqstate_session=x"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(allowed(&[
+            ("cookie", "mqstate_session=x"),
+            ("origin", "http://127.0.0.1:8880")
+        ]));
+        // Other sites, other origins (another port), the cookie without proof.
+        assert!(!allowed(&[("sec-fetch-site", "cross-site")]));
+        assert!(!allowed(&[("sec-fetch-site", "same-site")]));
+        assert!(!allowed(&[("origin", "http://127.0.0.1:9999")]));
+        assert!(!allowed(&[("origin", "null")]));
+        assert!(!allowed(&[("cookie", "mqstate_session=x")]));
+        assert!(!allowed(&[
+            ("cookie", "mqstate_session=x"),
+            ("sec-fetch-site", "none")
+        ]));
+        assert!(
+            from_elsewhere(&headers(&[("origin", "http://127.0.0.1:8880")]), None).is_some(),
+            "without a Host, no origin is the server's own"
+        );
     }
 }

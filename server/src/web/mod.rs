@@ -1,7 +1,8 @@
 //! What the web surfaces (the IoT Hub admin API and the dashboard) check before a route sees
-//! a request (docs/security.md, "The web surfaces"): [`guard`] (Host, Origin, Content-Type:
-//! no browser is trusted) and [`auth`] (credentials, when the broker authenticates its
-//! clients or a web surface listens beyond loopback).
+//! a request (docs/security.md, "The web surfaces"): [`guard`] (the Host; on what changes
+//! state, Fetch Metadata, Origin, Content-Type and the session cookie's proof of origin, since
+//! no browser is trusted; the sizes and times of requests) and [`auth`] (credentials, when
+//! the broker authenticates its clients or a web surface listens beyond loopback).
 
 pub mod auth;
 pub mod guard;

@@ -19,6 +19,7 @@
 //!   their own ([`Cbs::device_expiry`]).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -36,6 +37,7 @@ use crate::iothub::IotHub;
 use crate::iothub::error::IotHubError;
 use crate::iothub::policies::{Right, ServiceGrant};
 use crate::iothub::sas::SasToken;
+use crate::untrusted::cut;
 
 /// The token types the hub accepts (the SDKs send the first; the second is IoT Hub's own).
 const SAS_TOKEN_TYPES: [&str; 2] = [
@@ -79,9 +81,12 @@ impl SaslAcceptor for CbsSasl {
 /// The reply to a put-token, queued until the client's `$cbs` receiver link takes it.
 pub(super) type Reply = Message<AmqpValue<Value>>;
 
+/// The replies not yet taken by a `$cbs` receiver link: at most
+/// [`crate::iothub::AmqpLimits::max_pending_cbs_replies`], so that a peer sending put-tokens
+/// without ever attaching a reply link cannot make the hub keep its replies without bound.
 struct Replies {
-    tx: mpsc::UnboundedSender<Reply>,
-    rx: Option<mpsc::UnboundedReceiver<Reply>>,
+    tx: mpsc::Sender<Reply>,
+    rx: Option<mpsc::Receiver<Reply>>,
 }
 
 /// The claims of one connection: the grants of its valid put-tokens, and when the last one
@@ -94,7 +99,15 @@ pub(super) struct Cbs {
     /// watch it and detach when it passes).
     devices: Mutex<HashMap<String, watch::Sender<Option<SystemTime>>>>,
     replies: Mutex<Replies>,
+    /// Whether a put-token was accepted on this connection (a new connection has
+    /// [`crate::iothub::AmqpLimits::auth_timeout`] to put one).
+    authenticated: watch::Sender<bool>,
+    /// Who is connected, for the log.
+    peer: SocketAddr,
 }
+
+/// The replies queue is full: nobody reads them, so the request link is closed.
+pub(super) struct RepliesFull;
 
 impl std::fmt::Debug for Cbs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -109,15 +122,30 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Cbs {
     /// The claims of a new connection: none.
-    pub(super) fn new(hub: IotHub) -> Arc<Cbs> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub(super) fn new(hub: IotHub, peer: SocketAddr) -> Arc<Cbs> {
+        let (tx, rx) = mpsc::channel(hub.config().amqp_limits.max_pending_cbs_replies);
         Arc::new(Cbs {
             hub,
             grants: Mutex::new(Vec::new()),
             expiry: watch::Sender::new(None),
             devices: Mutex::new(HashMap::new()),
             replies: Mutex::new(Replies { tx, rx: Some(rx) }),
+            authenticated: watch::Sender::new(false),
+            peer,
         })
+    }
+
+    /// Turns true once a put-token is accepted on this connection.
+    pub(super) fn authenticated(&self) -> watch::Receiver<bool> {
+        self.authenticated.subscribe()
+    }
+
+    /// Logs a refused put-token (summarised per peer address: untrusted text is cut short).
+    fn log_refusal(&self, what: &str, audience: &str, error: &IotHubError) {
+        if let Some(left_out) = self.hub.refusals().admit(self.peer.ip()) {
+            tracing::info!(peer = %self.peer, audience = ?cut(audience), error = %error,
+                left_out, "iothub amqp: {what} refused");
+        }
     }
 
     /// Whether a valid put-token allows service links (C2D send, feedback): the error says why
@@ -152,8 +180,9 @@ impl Cbs {
             Ok(())
         } else {
             Err(IotHubError::Unauthorized(format!(
-                "no valid SAS token for device {device_id:?} was put on $cbs for this \
-                 connection (or it expired)"
+                "no valid SAS token for device {:?} was put on $cbs for this \
+                 connection (or it expired)",
+                cut(device_id)
             )))
         }
     }
@@ -231,38 +260,45 @@ impl Cbs {
         let (status, description) = if operation != "put-token" {
             (
                 400,
-                format!("operation {operation:?} is not supported on $cbs (only put-token)"),
+                format!(
+                    "operation {:?} is not supported on $cbs (only put-token)",
+                    cut(&operation)
+                ),
             )
         } else if !SAS_TOKEN_TYPES.contains(&token_type.as_str()) {
             (
                 401,
                 format!(
-                    "token type {token_type:?} is not supported by the local hub (use a SAS \
-                     token: servicebus.windows.net:sastoken)"
+                    "token type {:?} is not supported by the local hub (use a SAS \
+                     token: servicebus.windows.net:sastoken)",
+                    cut(&token_type)
                 ),
             )
         } else if let Some(token) = token.as_deref().filter(|t| is_device_token(t)) {
             match authenticate_device(&self.hub, token) {
                 Ok((device, expires_at)) => {
-                    tracing::debug!(%device, %audience, "iothub amqp: device put-token accepted");
+                    tracing::debug!(%device, audience = ?cut(&audience),
+                        "iothub amqp: device put-token accepted");
                     self.add_device_grant(device, expires_at);
+                    self.authenticated.send_replace(true);
                     (200, "OK".to_owned())
                 }
                 Err(e) => {
-                    tracing::info!(%audience, error = %e, "iothub amqp: device put-token refused");
+                    self.log_refusal("device put-token", &audience, &e);
                     (401, e.to_string())
                 }
             }
         } else if let Some(token) = token {
             match self.hub.authenticate_service(&token) {
                 Ok(grant) => {
-                    tracing::debug!(policy = %grant.policy, %audience,
+                    tracing::debug!(policy = %grant.policy, audience = ?cut(&audience),
                         "iothub amqp: put-token accepted");
                     self.add_grant(grant);
+                    self.authenticated.send_replace(true);
                     (200, "OK".to_owned())
                 }
                 Err(e) => {
-                    tracing::info!(%audience, error = %e, "iothub amqp: put-token refused");
+                    self.log_refusal("put-token", &audience, &e);
                     (401, e.to_string())
                 }
             }
@@ -287,18 +323,27 @@ impl Cbs {
             .build()
     }
 
-    fn reply(&self, reply: Reply) {
-        let _ = relock(&self.replies).tx.send(reply);
+    /// Queues a reply for the `$cbs` receiver link; refused when
+    /// [`crate::iothub::AmqpLimits::max_pending_cbs_replies`] are already waiting for one. (A
+    /// reply link that went away leaves the queue without a reader: it then fills the same
+    /// way.)
+    fn reply(&self, reply: Reply) -> Result<(), RepliesFull> {
+        match relock(&self.replies).tx.try_send(reply) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => Err(RepliesFull),
+            // The reply link took the queue and ended: nobody will read this one either.
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(RepliesFull),
+        }
     }
 
     /// The replies for a new `$cbs` receiver link: the pending ones, or a fresh queue when
     /// another link took them (the newest link gets the replies from now on).
-    fn take_replies(&self) -> mpsc::UnboundedReceiver<Reply> {
+    fn take_replies(&self) -> mpsc::Receiver<Reply> {
         let mut replies = relock(&self.replies);
         if let Some(rx) = replies.rx.take() {
             return rx;
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(self.hub.config().amqp_limits.max_pending_cbs_replies);
         replies.tx = tx;
         rx
     }
@@ -325,20 +370,20 @@ fn authenticate_device(hub: &IotHub, token: &str) -> Result<(String, SystemTime)
     let raw = convert::strip_prefix_ci(resource, &format!("{host}/devices/")).ok_or_else(|| {
         unauthorized(format!(
             "the SAS token is for {:?}, not a device of the hub {host:?}",
-            parsed.resource
+            cut(&parsed.resource)
         ))
     })?;
     if raw.is_empty() || raw.contains('/') {
         return Err(unauthorized(format!(
             "the SAS token is for {:?}: the local hub serves devices \
              ({host}/devices/{{id}}), not modules",
-            parsed.resource
+            cut(&parsed.resource)
         )));
     }
     let device = convert::device_candidates(raw)
         .iter()
         .find_map(|id| hub.device(id).ok())
-        .ok_or_else(|| unauthorized(format!("device {raw:?} is not registered")))?;
+        .ok_or_else(|| unauthorized(format!("device {:?} is not registered", cut(raw))))?;
     let expires = hub.authenticate_device(token, &device.device_id)?;
     Ok((device.device_id, expires))
 }
@@ -372,7 +417,20 @@ pub(super) async fn serve_requests(
         if let Err(e) = receiver.accept(info).await {
             tracing::debug!(error = %e, "iothub amqp: $cbs request not settled");
         }
-        cbs.reply(reply);
+        if cbs.reply(reply).is_err() {
+            let limit = cbs.hub.config().amqp_limits.max_pending_cbs_replies;
+            tracing::info!(peer = %cbs.peer, limit,
+                "iothub amqp: $cbs request link closed: its replies are not being read");
+            let error = convert::error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "{limit} put-token replies are waiting for a receiver link from $cbs: attach \
+                     one and read them before putting more tokens"
+                ),
+            );
+            let _ = receiver.close_with_error(error).await;
+            return;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`FeedbackBatch`] to the feedback message IoT Hub sends, and [`IotHubError`]s to the error
 //! conditions IoT Hub uses, so that each SDK raises its documented error.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, LinkError};
 use fe2o3_amqp::types::messaging::{
@@ -194,9 +194,7 @@ pub(super) fn c2d_message(
         out = out.content_encoding(ce.0);
     }
     if let Some(at) = properties.absolute_expiry_time {
-        let millis = u64::try_from(at.milliseconds())
-            .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
-        out = out.expires_at(UNIX_EPOCH + Duration::from_millis(millis));
+        out = out.expires_at(absolute_expiry(at.milliseconds())?);
     }
     if let Some(app) = message.application_properties {
         for (name, value) in app.0.iter() {
@@ -371,11 +369,9 @@ pub(super) fn telemetry(
     system("$.ct", properties.content_type.map(|s| s.0));
     system("$.ce", properties.content_encoding.map(|s| s.0));
     if let Some(at) = properties.absolute_expiry_time {
-        let millis = u64::try_from(at.milliseconds())
-            .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
         system(
             "$.exp",
-            Some(format_time(UNIX_EPOCH + Duration::from_millis(millis))),
+            Some(format_time(absolute_expiry(at.milliseconds())?)),
         );
     }
     if let Some(annotations) = &message.message_annotations {
@@ -407,6 +403,44 @@ fn annotation_key(key: &fe2o3_amqp::types::messaging::annotations::OwnedKey) -> 
         fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s) => Some(s.0.as_str()),
         _ => None,
     }
+}
+
+/// The conversions for `crate::fuzzing`, which cannot name this module.
+#[cfg(any(test, feature = "fuzzing"))]
+impl crate::fuzzing::Hooks {
+    pub(crate) fn amqp_c2d_message(
+        message: Message<Body<Value>>,
+    ) -> Result<(String, C2dMessage), IotHubError> {
+        c2d_message(message)
+    }
+
+    pub(crate) fn amqp_device_candidates(raw: &str) -> Vec<String> {
+        device_candidates(raw)
+    }
+
+    pub(crate) fn amqp_device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
+        device_message(device_id, locked)
+    }
+
+    pub(crate) fn amqp_telemetry(
+        message: Message<Body<Value>>,
+        max: usize,
+    ) -> Result<(Vec<Property>, Vec<u8>), IotHubError> {
+        telemetry(message, max)
+    }
+
+    pub(crate) fn amqp_condition(e: &IotHubError) -> String {
+        format!("{:?}", hub_error(e).condition)
+    }
+}
+
+/// A message's `absolute-expiry-time` (milliseconds since the Unix epoch, as the peer wrote
+/// it), refused before 1970 or after the year 9999 (crate::iothub::time).
+fn absolute_expiry(millis: i64) -> Result<SystemTime, IotHubError> {
+    let millis = u64::try_from(millis)
+        .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
+    crate::iothub::time::from_unix_millis(millis)
+        .ok_or_else(|| IotHubError::invalid("the absolute expiry time is after the year 9999"))
 }
 
 #[cfg(test)]

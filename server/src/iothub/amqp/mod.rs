@@ -23,6 +23,15 @@
 //!   `error-indicated` in state `attached`, since rhea reports our attach reply as
 //!   `sender_open` first);
 //! - anything else is refused with `amqp:not-found`.
+//!
+//! Every connection is bounded before and after it authenticates ([`super::AmqpLimits`],
+//! docs/security.md): the frame size; the largest message on each link the hub receives on
+//! (an unfinished multi-frame delivery counts, so it cannot be buffered past that size:
+//! fe2o3-amqp detaches the link with `amqp:link:message-size-exceeded`); sessions per
+//! connection (the Open's channel-max: fe2o3-amqp closes a connection that goes past it);
+//! links per session (`amqp:resource-limit-exceeded`); the `$cbs` replies
+//! nobody reads; and the time to the first accepted put-token (`amqp:unauthorized-access`).
+//! Each limit a peer reaches is logged once, not per frame.
 
 mod cbs;
 mod convert;
@@ -34,6 +43,7 @@ mod twin;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -43,7 +53,7 @@ use fe2o3_amqp::acceptor::{
 };
 use fe2o3_amqp::types::definitions::ReceiverSettleMode;
 use fe2o3_amqp::types::definitions::{self, AmqpError, Role};
-use fe2o3_amqp::types::messaging::TargetArchetype;
+use fe2o3_amqp::types::messaging::{Source, Target, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -52,6 +62,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::IotHub;
 use super::error::IotHubError;
+use crate::untrusted::cut;
 use cbs::Cbs;
 
 // How long a client has for the TLS handshake, then for its AMQP header, then for its open.
@@ -63,6 +74,65 @@ const IDLE_TIMEOUT_MS: u32 = 240_000;
 
 /// The AMQP protocol header (no SASL), answered to a header we do not speak.
 const AMQP_HEADER: [u8; 8] = *b"AMQP\x00\x01\x00\x00";
+
+/// The largest put-token request on `$cbs`: a SAS token is a few hundred bytes (a 255-byte
+/// host name and a 128-character device id, URL-encoded, stay far below this).
+const CBS_MAX_MESSAGE_SIZE: u64 = 16 * 1024;
+
+/// How long a refused link waits for the peer's detach before the session goes on.
+const REFUSED_LINK_CLOSE: Duration = Duration::from_secs(2);
+
+/// Room for the properties and annotations around the largest body a link takes.
+const MESSAGE_OVERHEAD: u64 = 64 * 1024;
+
+/// Counts the links open at once on a session against a limit:
+/// [`Slots::take`] gives a [`Slot`] while one is free, which frees it when dropped (when the
+/// task serving the session or link ends).
+#[derive(Debug, Clone)]
+struct Slots {
+    used: Arc<AtomicUsize>,
+    max: usize,
+}
+
+#[derive(Debug)]
+struct Slot(Arc<AtomicUsize>);
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            used: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    fn take(&self) -> Option<Slot> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.used.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs a link's task on its own, holding its [`Slot`] until it ends.
+fn spawn_holding(slot: Option<Slot>, task: impl Future<Output = ()> + Send + 'static) {
+    tokio::spawn(async move {
+        task.await;
+        drop(slot);
+    });
+}
+
+/// `amqp:resource-limit-exceeded`, saying which limit.
+fn limit_exceeded(what: String) -> definitions::Error {
+    convert::error(AmqpError::ResourceLimitExceeded, what)
+}
 
 /// Serves AMQP 1.0 over TLS on `listener` until `stop` turns true.
 pub(crate) async fn run(
@@ -78,6 +148,9 @@ pub(crate) async fn run(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, peer)) => {
+                    // Small frames answer each other (attach, flow, disposition): no Nagle
+                    // delay on top of the peer's delayed ACKs.
+                    let _ = tcp.set_nodelay(true);
                     let hub = hub.clone();
                     let tls = tls.clone();
                     let stop = stop.clone();
@@ -157,9 +230,13 @@ async fn open(
         pos: 0,
         inner: stream,
     };
+    let limits = &hub.config().amqp_limits;
     let builder = ConnectionAcceptor::builder()
         .container_id(hub.config().hostname.clone())
-        .idle_time_out(IDLE_TIMEOUT_MS);
+        .idle_time_out(IDLE_TIMEOUT_MS)
+        .max_frame_size(limits.max_frame_size)
+        // The Open's channel-max: fe2o3-amqp closes a connection whose Begin goes past it.
+        .session_max(u16::try_from(limits.max_sessions).unwrap_or(u16::MAX));
     let opened = match head {
         [b'A', b'M', b'Q', b'P', 3, 1, 0, 0] => {
             let acceptor = builder.sasl_acceptor(cbs::CbsSasl).build();
@@ -182,7 +259,8 @@ async fn open(
         .map_err(|e| format!("AMQP open: {e}"))
 }
 
-/// One client connection: its sessions, until it closes or the hub stops.
+/// One client connection: its sessions, until it closes, the hub stops, or it goes past a
+/// limit ([`super::AmqpLimits`]).
 async fn connection(
     hub: IotHub,
     tcp: TcpStream,
@@ -190,39 +268,64 @@ async fn connection(
     tls: TlsAcceptor,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut connection = match open(&hub, tcp, tls).await {
-        Ok(c) => c,
-        Err(e) => {
+    let limits = hub.config().amqp_limits.clone();
+    // TLS, SASL and the first accepted put-token all count against one deadline.
+    let deadline = tokio::time::Instant::now() + limits.auth_timeout;
+    let opened = tokio::time::timeout_at(deadline, open(&hub, tcp, tls)).await;
+    let mut connection = match opened {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "iothub amqp: connection refused");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "iothub amqp: connection not opened in time");
             return;
         }
     };
     tracing::debug!(%peer, "iothub amqp: connection opened");
-    let cbs = Cbs::new(hub.clone());
+    let cbs = Cbs::new(hub.clone(), peer);
+    let mut authenticated = cbs.authenticated();
     let devices = device::Devices::new(hub.clone());
     let sessions = SessionAcceptor::new();
-    loop {
+    let refusal = loop {
         let incoming = tokio::select! {
             s = connection.next_incoming_session() => s,
+            () = tokio::time::sleep_until(deadline), if !*authenticated.borrow() => {
+                if *authenticated.borrow_and_update() {
+                    continue;
+                }
+                let why = format!(
+                    "no SAS token was accepted on $cbs within {} s of connecting",
+                    limits.auth_timeout.as_secs()
+                );
+                if let Some(left_out) = hub.refusals().admit(peer.ip()) {
+                    tracing::info!(%peer, left_out, "iothub amqp: connection closed: {why}");
+                }
+                break Some(convert::error(AmqpError::UnauthorizedAccess, why));
+            }
             _ = stop.changed() => None,
         };
-        let Some(incoming) = incoming else { break };
-        match sessions
+        let Some(incoming) = incoming else { break None };
+        let session = match sessions
             .accept_incoming_session(incoming, &mut connection)
             .await
         {
-            Ok(session) => {
-                let (hub, cbs, stop) = (hub.clone(), cbs.clone(), stop.clone());
-                let devices = devices.clone();
-                tokio::spawn(async move { serve_session(hub, cbs, devices, session, stop).await });
-            }
+            Ok(session) => session,
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "iothub amqp: session refused");
-                break;
+                break None;
             }
-        }
-    }
-    if let Err(e) = connection.close().await {
+        };
+        let (hub, cbs, stop) = (hub.clone(), cbs.clone(), stop.clone());
+        let devices = devices.clone();
+        tokio::spawn(serve_session(hub, cbs, devices, session, peer, stop));
+    };
+    let closed = match refusal {
+        Some(error) => connection.close_with_error(error).await,
+        None => connection.close().await,
+    };
+    if let Err(e) = closed {
         tracing::debug!(%peer, error = %e, "iothub amqp: connection closed uncleanly");
     } else {
         tracing::debug!(%peer, "iothub amqp: connection closed");
@@ -285,25 +388,46 @@ fn authorized_device(cbs: &Cbs, raw: &str) -> Result<String, definitions::Error>
         }
     }
     Err(convert::hub_error(&refusal.unwrap_or_else(|| {
-        IotHubError::Unauthorized(format!("no device token for {raw:?}"))
+        IotHubError::Unauthorized(format!("no device token for {:?}", cut(raw)))
     })))
 }
 
-/// Accepts the links of one session, each served by its own task.
+/// fe2o3-amqp's link acceptor, with no hook for dynamic nodes (the hub has none).
+type Links = LinkAcceptor<fn(Source) -> Option<Source>, fn(Target) -> Option<Target>>;
+
+/// A link acceptor whose receivers take messages of at most `max_message_size` bytes.
+fn link_acceptor(max_message_size: u64) -> Links {
+    // Receiver settle mode first on every link, as IoT Hub answers: uamqp asks for "second"
+    // on its C2D sender and, given it, waits for a settled disposition that the second mode
+    // only sends after its own (the send never finishes).
+    LinkAcceptor::builder()
+        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
+        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
+        .max_message_size(max_message_size)
+        .build()
+}
+
+/// Accepts the links of one session, each served by its own task, at most
+/// [`super::AmqpLimits::max_links_per_session`] at once.
 async fn serve_session(
     hub: IotHub,
     cbs: Arc<Cbs>,
     devices: Arc<device::Devices>,
     mut session: ListenerSessionHandle,
+    peer: SocketAddr,
     mut stop: watch::Receiver<bool>,
 ) {
-    // Receiver settle mode first on every link, as IoT Hub answers: uamqp asks for "second"
-    // on its C2D sender and, given it, waits for a settled disposition that the second mode
-    // only sends after its own (the send never finishes).
-    let links = LinkAcceptor::builder()
-        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
-        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
-        .build();
+    let config = hub.config();
+    let to_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    // $cbs takes tokens; the others take messages of the hub's largest body, with room for
+    // their properties (telemetry and twin or method answers: the device-to-cloud limit).
+    let cbs_links = link_acceptor(CBS_MAX_MESSAGE_SIZE);
+    let c2d_links = link_acceptor(to_u64(config.max_message_size).saturating_add(MESSAGE_OVERHEAD));
+    let d2c_links =
+        link_acceptor(to_u64(config.max_telemetry_size).saturating_add(MESSAGE_OVERHEAD));
+    let max_links = config.amqp_limits.max_links_per_session;
+    let slots = Slots::new(max_links);
+    let mut limit_logged = false;
     loop {
         let attach = tokio::select! {
             a = session.next_incoming_attach() => a,
@@ -315,7 +439,23 @@ async fn serve_session(
         let device = device_node(&address);
         // Pairs a twin request link with its answer link.
         let channel = twin::channel_correlation_id(&attach);
+        let links = match address.to_ascii_lowercase().as_str() {
+            "$cbs" => &cbs_links,
+            "/messages/devicebound" => &c2d_links,
+            _ => &d2c_links,
+        };
+        let slot = slots.take();
         let wanted = match (address.to_ascii_lowercase().as_str(), &role, device) {
+            _ if slot.is_none() => {
+                let why = format!(
+                    "a session may have {max_links} links at once (mqstate serve \
+                     --iothub-amqp-max-links)"
+                );
+                if !std::mem::replace(&mut limit_logged, true) {
+                    tracing::info!(%peer, "iothub amqp: links refused: {why}");
+                }
+                Err(limit_exceeded(why))
+            }
             ("$cbs", Role::Sender, _) => Ok(Node::CbsRequests),
             ("$cbs", Role::Receiver, _) => Ok(Node::CbsReplies),
             ("/messages/devicebound", Role::Sender, _) => Ok(Node::DeviceBound),
@@ -332,7 +472,7 @@ async fn serve_session(
             }
             _ => Err(convert::error(
                 AmqpError::NotFound,
-                format!("the hub has no node {address:?} for this link"),
+                format!("the hub has no node {:?} for this link", cut(&address)),
             )),
         };
         let wanted = wanted.and_then(|n| match n {
@@ -370,54 +510,69 @@ async fn serve_session(
             (Ok((Node::DeviceMessages(id), Some(member))), LinkEndpoint::Sender(s)) => {
                 tracing::debug!(device = %id, "iothub amqp: device C2D link attached");
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(device::serve_devicebound(hub, member, expiry, s, stop));
+                spawn_holding(
+                    slot,
+                    device::serve_devicebound(hub, member, expiry, s, stop),
+                );
             }
             (Ok((Node::DeviceEvents(id), Some(member))), LinkEndpoint::Receiver(r)) => {
                 tracing::debug!(device = %id, "iothub amqp: device telemetry link attached");
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(device::serve_events(hub, member, expiry, r, stop));
+                spawn_holding(slot, device::serve_events(hub, member, expiry, r, stop));
             }
             (Ok((Node::DeviceTwin(id), Some(member))), LinkEndpoint::Receiver(r)) => {
                 tracing::debug!(device = %id, ?channel, "iothub amqp: device twin request link attached");
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(twin::serve_requests(member, expiry, r, channel, stop));
+                spawn_holding(slot, twin::serve_requests(member, expiry, r, channel, stop));
             }
             (Ok((Node::DeviceTwin(id), Some(member))), LinkEndpoint::Sender(s)) => {
                 tracing::debug!(device = %id, ?channel, "iothub amqp: device twin answer link attached");
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(twin::serve_answers(member, expiry, s, channel, stop));
+                spawn_holding(slot, twin::serve_answers(member, expiry, s, channel, stop));
             }
             (Ok((Node::DeviceMethods(id), Some(member))), LinkEndpoint::Receiver(r)) => {
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(twin::serve_method_responses(member, expiry, r, stop));
+                spawn_holding(slot, twin::serve_method_responses(member, expiry, r, stop));
             }
             (Ok((Node::DeviceMethods(id), Some(member))), LinkEndpoint::Sender(s)) => {
                 let expiry = cbs.device_expiry(&id);
-                tokio::spawn(twin::serve_method_requests(member, expiry, s, stop));
+                spawn_holding(slot, twin::serve_method_requests(member, expiry, s, stop));
             }
             (Err(refusal), link) => {
-                tracing::info!(%address, error = %refusal, "iothub amqp: link refused");
-                let closed = match link {
-                    LinkEndpoint::Sender(s) => s.close_with_error(refusal).await,
-                    LinkEndpoint::Receiver(r) => r.close_with_error(refusal).await,
-                };
-                if let Err(e) = closed {
-                    tracing::debug!(error = %e, "iothub amqp: refused link closed uncleanly");
+                if let Some(left_out) = hub.refusals().admit(peer.ip()) {
+                    tracing::info!(%peer, address = ?cut(&address), error = %refusal, left_out,
+                        "iothub amqp: link refused");
+                }
+                // The peer's own detach is waited for a little only: a peer that never
+                // answers must not hold this session's next attaches for long.
+                let closed = tokio::time::timeout(REFUSED_LINK_CLOSE, async move {
+                    match link {
+                        LinkEndpoint::Sender(s) => s.close_with_error(refusal).await,
+                        LinkEndpoint::Receiver(r) => r.close_with_error(refusal).await,
+                    }
+                })
+                .await;
+                match closed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "iothub amqp: refused link closed uncleanly");
+                    }
+                    Err(_) => tracing::debug!("iothub amqp: no detach for a refused link"),
                 }
             }
             (Ok((Node::CbsRequests, _)), LinkEndpoint::Receiver(r)) => {
-                tokio::spawn(cbs::serve_requests(cbs, r, stop));
+                spawn_holding(slot, cbs::serve_requests(cbs, r, stop));
             }
             (Ok((Node::CbsReplies, _)), LinkEndpoint::Sender(s)) => {
-                tokio::spawn(cbs::serve_replies(cbs, s, stop));
+                spawn_holding(slot, cbs::serve_replies(cbs, s, stop));
             }
             (Ok((Node::DeviceBound, _)), LinkEndpoint::Receiver(r)) => {
                 tracing::debug!("iothub amqp: C2D link attached");
-                tokio::spawn(devicebound::serve(hub, cbs, r, stop));
+                spawn_holding(slot, devicebound::serve(hub, cbs, r, stop));
             }
             (Ok((Node::Feedback, _)), LinkEndpoint::Sender(s)) => {
                 tracing::debug!("iothub amqp: feedback link attached");
-                tokio::spawn(feedback::serve(hub, cbs, s, stop));
+                spawn_holding(slot, feedback::serve(hub, cbs, s, stop));
             }
             (Ok(_), link) => {
                 // The roles were matched above; the acceptor made the other end.
