@@ -1050,7 +1050,7 @@ mod tests {
 
     #[test]
     fn rest_request() {
-        run("rest_request", 10_000, checks::rest_request);
+        run("rest_request", 5_000, checks::rest_request);
     }
 
     #[test]
@@ -1060,7 +1060,7 @@ mod tests {
 
     #[test]
     fn mqtt_connect() {
-        run("mqtt_connect", 10_000, checks::mqtt_connect);
+        run("mqtt_connect", 5_000, checks::mqtt_connect);
     }
 
     /// Writes [`seeds`] as the starting corpus of `server/fuzz`:
