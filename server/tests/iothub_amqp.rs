@@ -102,26 +102,7 @@ impl Client {
         let mut replies = Receiver::attach(&mut self.session, "cbs-receiver", "$cbs")
             .await
             .unwrap();
-        let request = Message::builder()
-            .properties(
-                Properties::builder()
-                    .message_id(MessageId::Ulong(42))
-                    .to("$cbs")
-                    .reply_to("cbs")
-                    .build(),
-            )
-            .application_properties(
-                ApplicationProperties::builder()
-                    .insert("operation", SimpleValue::String("put-token".into()))
-                    .insert(
-                        "type",
-                        SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                    )
-                    .insert("name", SimpleValue::String("https://localhost".into()))
-                    .build(),
-            )
-            .value(Value::String(token.to_owned()))
-            .build();
+        let request = put_token_request(token, 42);
         let outcome = requests.send(request).await.unwrap();
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let reply = tokio::time::timeout(Duration::from_secs(5), replies.recv::<Body<Value>>())
@@ -154,6 +135,34 @@ impl Client {
         let _ = self.session.end().await;
         let _ = self.connection.close().await;
     }
+}
+
+/// A put-token request for `token`, as the SDKs send it, with message id `id` (the reply's
+/// correlation id).
+fn put_token_request(
+    token: &str,
+    id: u64,
+) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
+    Message::builder()
+        .properties(
+            Properties::builder()
+                .message_id(MessageId::Ulong(id))
+                .to("$cbs")
+                .reply_to("cbs")
+                .build(),
+        )
+        .application_properties(
+            ApplicationProperties::builder()
+                .insert("operation", SimpleValue::String("put-token".into()))
+                .insert(
+                    "type",
+                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
+                )
+                .insert("name", SimpleValue::String("https://localhost".into()))
+                .build(),
+        )
+        .value(Value::String(token.to_owned()))
+        .build()
 }
 
 /// The condition a rejected send carried.
@@ -544,29 +553,6 @@ async fn a_put_token_whose_expiry_overflows_is_refused_and_the_next_one_answered
     server.shutdown().await;
 }
 
-/// A put-token request (its reply is not read here).
-fn put_token_request(token: &str) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
-    Message::builder()
-        .properties(
-            Properties::builder()
-                .message_id(MessageId::Ulong(7))
-                .reply_to("cbs")
-                .build(),
-        )
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String("https://localhost".into()))
-                .build(),
-        )
-        .value(Value::String(token.to_owned()))
-        .build()
-}
-
 #[tokio::test]
 async fn put_token_replies_nobody_reads_are_bounded() {
     let (server, hub) = start(quick_config()).await;
@@ -584,7 +570,7 @@ async fn put_token_replies_nobody_reads_are_bounded() {
     let mut sent = 0;
     let mut failed = None;
     for _ in 0..400 {
-        match requests.send(put_token_request(&bad)).await {
+        match requests.send(put_token_request(&bad, 7)).await {
             Ok(_) => sent += 1,
             Err(e) => {
                 failed = Some(format!("{e:?}"));
