@@ -939,6 +939,7 @@ async fn an_unfinished_delivery_is_refused_at_the_links_size() {
         }
     };
     let grown = rss().saturating_sub(before);
+    eprintln!("RSS grew by {grown} bytes while the peer sent its unfinished delivery");
     writer.abort();
     assert!(
         refused,
