@@ -10,15 +10,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use super::tls::HANDSHAKE_TIMEOUT;
+use crate::web::http1::HeadLimits;
 
 /// Serves `router` over TLS on `listener` until `stop` turns true, then waits for the
 /// connections' requests in flight.
@@ -80,23 +78,13 @@ async fn connection(
             return;
         }
     };
-    // Handlers may ask who is calling (logs), as with `axum::serve`'s connect info.
-    let service = TowerToHyperService::new(router.layer(axum::Extension(ConnectInfo(peer))));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT)
-        .keep_alive(true);
-    let served = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        _ = stop.changed() => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
+    // Handlers may ask who is calling (logs); heads have the handshake's deadline (no
+    // slowloris) and hyper's size limit.
+    let limits = HeadLimits {
+        timeout: HANDSHAKE_TIMEOUT,
+        max_bytes: None,
     };
-    if let Err(e) = result {
+    if let Err(e) = crate::web::http1::serve(stream, peer, router, limits, stop).await {
         tracing::debug!(%peer, error = %e, "iothub: HTTPS connection ended");
     }
 }

@@ -41,18 +41,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::untrusted::cut;
 use crate::web::auth::WebAuth;
+use crate::web::http1::HeadLimits;
 
 /// How long a client has to send a request's head; an idle keep-alive connection is closed
 /// after as long.
@@ -181,26 +180,14 @@ async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     router: Router,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let service = TowerToHyperService::new(router.layer(axum::Extension(ConnectInfo(peer))));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_header_size(MAX_HEAD_BYTES)
-        .keep_alive(true);
-    let served = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        _ = stop.changed() => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
+    let limits = HeadLimits {
+        timeout: HEAD_TIMEOUT,
+        max_bytes: Some(MAX_HEAD_BYTES),
     };
-    if let Err(e) = result {
+    if let Err(e) = crate::web::http1::serve(stream, peer, router, limits, stop).await {
         tracing::debug!(%peer, error = %e, "web: connection ended");
     }
 }

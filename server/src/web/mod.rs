@@ -6,3 +6,4 @@
 
 pub mod auth;
 pub mod guard;
+pub(crate) mod http1;
