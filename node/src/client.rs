@@ -10,51 +10,13 @@ use mqstate::{
 use napi::Env;
 use napi::bindgen_prelude::{BufferSlice, Either, PromiseRaw, Uint8ArraySlice};
 use napi_derive::napi;
-use tokio::sync::watch;
 
+use crate::cancel::{CancelToken, receiver};
 use crate::error::js_error;
 use crate::hlc::Hlc;
 use crate::observe::NativeObservation;
 use crate::scan::NativeScan;
 use crate::util::{bytes, millis, rejected, spawn, whole};
-
-/// Cancels the pending calls it was passed to (the wrapper makes one per `AbortSignal`).
-#[napi]
-#[derive(Debug)]
-pub struct CancelToken {
-    tx: watch::Sender<bool>,
-}
-
-impl Default for CancelToken {
-    fn default() -> Self {
-        CancelToken::new()
-    }
-}
-
-#[napi]
-impl CancelToken {
-    /// A token that has not fired.
-    #[napi(constructor)]
-    pub fn new() -> Self {
-        CancelToken {
-            tx: watch::channel(false).0,
-        }
-    }
-
-    /// Fires: every call given this token stops waiting and rejects with an `AbortError`.
-    #[napi]
-    pub fn cancel(&self) {
-        self.tx.send_replace(true);
-    }
-
-    pub(crate) fn receiver(&self) -> watch::Receiver<bool> {
-        self.tx.subscribe()
-    }
-}
-
-pub(crate) fn receiver(cancel: Option<&CancelToken>) -> Option<watch::Receiver<bool>> {
-    cancel.map(CancelToken::receiver)
-}
 
 /// TLS settings (`tls: true` uses the platform's roots).
 #[napi(object)]

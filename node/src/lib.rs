@@ -19,6 +19,7 @@
 //! - Errors are `Error` objects with a stable `code` built in one place, the `error` module.
 //! - Cancellation ([`CancelToken`]) drops the Rust future, which withdraws the request.
 
+mod cancel;
 mod client;
 mod error;
 mod hlc;
@@ -30,7 +31,8 @@ mod scan;
 mod testing;
 mod util;
 
-pub use client::{CancelToken, NativeClient};
+pub use cancel::CancelToken;
+pub use client::NativeClient;
 pub use error::invalid_argument_error;
 pub use hlc::{Hlc, hlc_check, hlc_class, hlc_compare, hlc_format, hlc_parse};
 pub use iothub::{NativeC2dMessage, NativeDeviceClient};

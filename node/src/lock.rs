@@ -14,7 +14,8 @@ use napi::bindgen_prelude::{Buffer, BufferSlice, Either, PromiseRaw, Uint8ArrayS
 use napi_derive::napi;
 use tokio::sync::oneshot;
 
-use crate::client::{CancelToken, NativeClient, receiver};
+use crate::cancel::{CancelToken, receiver};
+use crate::client::NativeClient;
 use crate::error::js_error;
 use crate::hlc::Hlc;
 use crate::util::{bytes, millis, rejected, spawn};

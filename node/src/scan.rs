@@ -17,7 +17,7 @@ use napi::bindgen_prelude::{Buffer, BufferSlice, PromiseRaw};
 use napi_derive::napi;
 use tokio::sync::Mutex;
 
-use crate::client::{CancelToken, receiver};
+use crate::cancel::{CancelToken, receiver};
 use crate::util::spawn;
 
 /// One listing of the keys that match a pattern (made by `NativeClient.scan`).

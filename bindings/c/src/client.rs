@@ -11,7 +11,7 @@ use mqstate::{ConnectOptions, SetCondition, SetOptions, VdelOutcome};
 use crate::boundary::{
     FfiError, Out, arg_bytes, arg_ref, into_handle, mqstate_status, mqstate_status::*,
 };
-use crate::observe::{Observer, join_observers};
+use crate::observers::{Observer, join_observers};
 use crate::options::mqstate_connect_options;
 use crate::version::{mqstate_value, mqstate_version};
 

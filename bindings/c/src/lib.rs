@@ -51,6 +51,7 @@ pub mod iothub;
 pub mod lease_events;
 pub mod lock;
 pub mod observe;
+mod observers;
 pub mod options;
 pub mod scan;
 pub mod version;

@@ -2,7 +2,6 @@
 
 use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use mqstate::NotifyOperation;
@@ -12,6 +11,7 @@ use crate::boundary::{
     FfiError, Out, arg_bytes, arg_ref, mqstate_status, mqstate_status::*, status_of,
 };
 use crate::client::mqstate_client;
+use crate::observers::{Observer, join_observers, take_key};
 use crate::version::mqstate_version;
 
 /// What a notification reports.
@@ -109,26 +109,6 @@ struct UserData(*mut c_void);
 // callback thread; the library never dereferences it.
 unsafe impl Send for UserData {}
 
-/// One observation's thread, as the client keeps it.
-#[derive(Debug)]
-pub(crate) struct Observer {
-    key: Bytes,
-    thread: JoinHandle<()>,
-}
-
-/// Waits for the threads of ended observations (so that their last callback and `destroy`
-/// have run), except the calling thread's own (a callback that called unobserve / close:
-/// its thread ends by itself when the callback returns).
-pub(crate) fn join_observers(observers: Vec<Observer>) {
-    let me = std::thread::current().id();
-    for observer in observers {
-        if observer.thread.thread().id() != me {
-            // A panic on that thread was already contained there; nothing to report.
-            let _ = observer.thread.join();
-        }
-    }
-}
-
 /// An observation's thread: delivers each notification to the callback, then calls
 /// `destroy` once the observation has ended.
 fn run_observer(
@@ -192,10 +172,7 @@ pub unsafe extern "C" fn mqstate_client_observe(
                     format!("could not start the observation's callback thread: {e}"),
                 )
             })?;
-        observers.push(Observer {
-            key: observed,
-            thread,
-        });
+        observers.push(Observer::new(observed, thread));
         Ok(())
     }
 }
@@ -220,13 +197,7 @@ pub unsafe extern "C" fn mqstate_client_unobserve(
             // when the STOP request failed; only an invalid key leaves them running.
             let ended = match &result {
                 Err(e) if e.status == MQSTATE_INVALID_ARGUMENT => Vec::new(),
-                _ => {
-                    let (ended, kept) = std::mem::take(&mut *observers)
-                        .into_iter()
-                        .partition(|o| o.key == key);
-                    *observers = kept;
-                    ended
-                }
+                _ => take_key(&mut observers, key),
             };
             (result, ended)
         };

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mqstate::{Client, SetOptions};
 use serde_json::json;
 
+use super::bench_memory::MemoryArgs;
 use super::stdout_failure;
 use crate::connect::ConnectArgs;
 use crate::duration::parse_duration;
@@ -88,6 +89,21 @@ pub struct BenchArgs {
     pub connect: ConnectArgs,
 }
 
+impl BenchArgs {
+    /// The flags that `--memory` reads.
+    fn memory_args(&self) -> MemoryArgs {
+        MemoryArgs {
+            keys: self.keys,
+            in_flight: self.in_flight,
+            value_size: self.value_size,
+            churn: self.churn,
+            serve_defaults: self.serve_defaults,
+            server_exe: self.server_exe.clone(),
+            json: self.json,
+        }
+    }
+}
+
 /// The figures of one phase.
 #[derive(Debug, Clone)]
 struct PhaseResult {
@@ -115,7 +131,7 @@ impl PhaseResult {
 /// decides the exit code.
 pub async fn run(args: BenchArgs) -> Outcome {
     if args.memory {
-        return super::bench_memory::run(args).await;
+        return super::bench_memory::run(args.memory_args()).await;
     }
     if args.duration.is_zero() {
         return Err(Failure::usage("--duration must be greater than zero"));

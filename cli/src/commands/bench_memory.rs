@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use mqstate::{Client, ConnectOptions, SetOptions};
 use serde_json::json;
 
-use super::bench::BenchArgs;
 use super::stdout_failure;
 use crate::exit::{Code, Failure, Outcome};
 use crate::output;
@@ -204,8 +203,29 @@ struct Step {
     step_per_key: f64,
 }
 
+/// What the memory bench is given: the `mqstate bench` flags it reads (`--memory` and its
+/// companions, plus `--keys`, `--value-size`, `--in-flight` and `--json`). Its own type, so
+/// that this module does not depend on the `bench` command that chooses it.
+#[derive(Debug, Clone)]
+pub struct MemoryArgs {
+    /// How many keys to write (`--keys`).
+    pub keys: u32,
+    /// Requests in flight (`--in-flight`).
+    pub in_flight: u32,
+    /// Size of each value in bytes (`--value-size`).
+    pub value_size: usize,
+    /// Delete and write the keys again for this long (`--churn`).
+    pub churn: Option<Duration>,
+    /// Run `mqstate serve` as its defaults run it (`--serve-defaults`).
+    pub serve_defaults: bool,
+    /// The `mqstate` executable to measure (`--server-exe`; default: this one).
+    pub server_exe: Option<PathBuf>,
+    /// Print one JSON object instead of a table (`--json`).
+    pub json: bool,
+}
+
 /// Runs the memory bench (see the module docs).
-pub async fn run(args: BenchArgs) -> Outcome {
+pub async fn run(args: MemoryArgs) -> Outcome {
     let keys = args.keys as usize;
     if keys < 10 {
         return Err(Failure::usage("--memory needs --keys 10 or more"));
