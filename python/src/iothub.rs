@@ -241,7 +241,7 @@ impl DeviceClient {
             runtime()
                 .spawn(core::DeviceClient::connect(options))
                 .await
-                .map_err(|e| mqstate::Error::Connection(e.to_string()))
+                .map_err(|e| mqstate::Error::connection_caused_by(e.to_string(), e))
                 .and_then(|r| r)
         })?;
         Ok(DeviceClient { inner })

@@ -132,14 +132,16 @@ impl Client {
             .thread_name("mqstate")
             .enable_all()
             .build()
-            .map_err(|e| Error::Connection(format!("could not start the client runtime: {e}")))?;
+            .map_err(|e| {
+                Error::connection_caused_by(format!("could not start the client runtime: {e}"), e)
+            })?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
             let _ = tx.send(crate::Client::connect(options).await);
         });
         let connected = rx
             .recv()
-            .map_err(|_| Error::Connection("the client runtime stopped while connecting".into()));
+            .map_err(|_| Error::connection("the client runtime stopped while connecting"));
         match connected {
             Ok(Ok(client)) => Ok(Client {
                 owner: Arc::new(Owner {

@@ -31,7 +31,7 @@ use crate::client::options::{Backoff, ConnectOptions};
 use crate::client::rpc::Shared;
 use crate::client::transport::{EventSource, TransportEvent};
 use crate::client::values::ConnectionState;
-use crate::protocol::errors::Error;
+use crate::protocol::errors::{ConnectionFailure, Error};
 
 /// How long a graceful close waits for the DISCONNECT to leave.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -197,7 +197,7 @@ impl<E: EventSource> Session<E> {
                     match result {
                         Ok(()) => self.became_ready(),
                         Err(reason) => {
-                            let error = Error::Connection(format!(
+                            let error = Error::connection(format!(
                                 "the broker refused the subscription to the response or notification topic: {reason}"
                             ));
                             if self.fail_first(error) {
@@ -222,9 +222,12 @@ impl<E: EventSource> Session<E> {
                     } else {
                         // Name the broker, as the timeout does: "refused" alone does not say
                         // which host and port (a default port, say) were tried.
-                        Error::Connection(format!(
-                            "cannot connect to {}:{}: {}",
-                            self.options.host, self.options.port, e.message
+                        Error::Connection(ConnectionFailure::caused_by_shared(
+                            format!(
+                                "cannot connect to {}:{}: {}",
+                                self.options.host, self.options.port, e.message
+                            ),
+                            e.cause.clone(),
                         ))
                     };
                     if self.fail_first(first_error) {

@@ -159,8 +159,8 @@ impl Client {
                 timeout: request_timeout,
             }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Connection(
-                "the connection task ended before connecting".into(),
+            Err(_) => Err(Error::connection(
+                "the connection task ended before connecting",
             )),
         }
     }
@@ -470,10 +470,9 @@ fn generated_client_id() -> Result<String, Error> {
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| {
-            Error::Connection(
+            Error::connection(
                 "cannot make a client id: the operating system's random generator failed \
-             (give one with ConnectOptions::with_client_id)"
-                    .into(),
+             (give one with ConnectOptions::with_client_id)",
             )
         })?;
     Ok(format!("mqstate-{:016x}", u64::from_be_bytes(bytes)))
@@ -482,6 +481,38 @@ fn generated_client_id() -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused first connection reports rumqttc's error as its source (the words stay what
+    /// every binding shows).
+    #[tokio::test]
+    async fn a_refused_connection_keeps_the_transport_error_as_its_source() {
+        use std::error::Error as _;
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(1);
+        let options =
+            ConnectOptions::new("127.0.0.1", port).with_connect_timeout(Duration::from_secs(5));
+        let Err(err) = Client::connect(options).await else {
+            panic!("connected to a closed port");
+        };
+        assert_eq!(err.kind(), crate::ErrorKind::Connection, "{err}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "connection error: cannot connect to 127.0.0.1:{port}: "
+            )),
+            "{err}"
+        );
+        let source = err
+            .source()
+            .and_then(|s| s.downcast_ref::<rumqttc::v5::ConnectionError>());
+        assert!(
+            matches!(source, Some(rumqttc::v5::ConnectionError::Io(_))),
+            "{:?}",
+            err.source()
+        );
+    }
 
     #[test]
     fn generated_client_ids_are_mqstate_and_16_hex_digits_and_do_not_repeat() {

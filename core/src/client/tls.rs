@@ -88,10 +88,10 @@ impl TlsOptions {
                 let certs = read_certs(path, "CA file")?;
                 for cert in certs {
                     roots.add(cert).map_err(|e| {
-                        Error::Connection(format!(
-                            "CA file {}: certificate rejected: {e}",
-                            path.display()
-                        ))
+                        Error::connection_caused_by(
+                            format!("CA file {}: certificate rejected: {e}", path.display()),
+                            e,
+                        )
                     })?;
                 }
             }
@@ -105,7 +105,7 @@ impl TlsOptions {
         let roots = Arc::new(roots);
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::Connection(format!("TLS setup: {e}")))?;
+            .map_err(|e| Error::connection_caused_by(format!("TLS setup: {e}"), e))?;
         let builder = match &self.server_name {
             None => builder.with_root_certificates(roots),
             Some(name) => {
@@ -117,7 +117,7 @@ impl TlsOptions {
                     provider.clone(),
                 )
                 .build()
-                .map_err(|e| Error::Connection(format!("TLS setup: {e}")))?;
+                .map_err(|e| Error::connection_caused_by(format!("TLS setup: {e}"), e))?;
                 builder
                     .dangerous()
                     .with_custom_certificate_verifier(Arc::new(FixedNameVerifier { inner, name }))
@@ -128,14 +128,17 @@ impl TlsOptions {
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert, "client certificate file")?;
                 let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
-                    Error::Connection(format!(
-                        "client key file {}: no usable private key: {e}",
-                        key.display()
-                    ))
+                    Error::connection_caused_by(
+                        format!(
+                            "client key file {}: no usable private key: {e}",
+                            key.display()
+                        ),
+                        e,
+                    )
                 })?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| Error::Connection(format!("client certificate: {e}")))?
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    Error::connection_caused_by(format!("client certificate: {e}"), e)
+                })?
             }
             (Some(_), None) | (None, Some(_)) => {
                 return Err(Error::InvalidArgument(
@@ -149,11 +152,11 @@ impl TlsOptions {
 
 fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| Error::Connection(format!("{what} {}: {e}", path.display())))?
+        .map_err(|e| Error::connection_caused_by(format!("{what} {}: {e}", path.display()), e))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Connection(format!("{what} {}: {e}", path.display())))?;
+        .map_err(|e| Error::connection_caused_by(format!("{what} {}: {e}", path.display()), e))?;
     if certs.is_empty() {
-        return Err(Error::Connection(format!(
+        return Err(Error::connection(format!(
             "{what} {}: no PEM certificate in it",
             path.display()
         )));
@@ -202,5 +205,38 @@ impl ServerCertVerifier for FixedNameVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn a_missing_ca_file_is_a_connection_error_with_the_io_error_underneath() {
+        let options = TlsOptions {
+            ca_file: Some(PathBuf::from("/nonexistent/mqstate-test-ca.pem")),
+            ..TlsOptions::default()
+        };
+        let Err(err) = options.client_config() else {
+            panic!("a missing CA file was accepted");
+        };
+        assert_eq!(err.kind(), ErrorKind::Connection);
+        assert!(
+            err.to_string()
+                .starts_with("connection error: CA file /nonexistent/mqstate-test-ca.pem: "),
+            "{err}"
+        );
+        let pem = err
+            .source()
+            .and_then(|s| s.downcast_ref::<rustls::pki_types::pem::Error>());
+        assert!(
+            matches!(pem, Some(rustls::pki_types::pem::Error::Io(io)) if io.kind() == std::io::ErrorKind::NotFound),
+            "{:?}",
+            err.source()
+        );
     }
 }

@@ -104,13 +104,15 @@ pub(crate) enum TransportEvent {
     Other,
 }
 
-/// Why a poll failed: a lost connection or a failed connection attempt, in words, and
-/// whether it was the connect timeout that passed (reported as a timeout, not a generic
-/// connection error).
+/// Why a poll failed: a lost connection or a failed connection attempt, in words, whether it
+/// was the connect timeout that passed (reported as a timeout, not a generic connection
+/// error), and rumqttc's error itself (the source of the connection error a first attempt
+/// reports).
 #[derive(Debug, Clone)]
 pub(crate) struct PollError {
     pub(crate) message: String,
     pub(crate) timed_out: bool,
+    pub(crate) cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl From<&str> for PollError {
@@ -118,6 +120,7 @@ impl From<&str> for PollError {
         PollError {
             message: message.to_owned(),
             timed_out: false,
+            cause: None,
         }
     }
 }
@@ -295,6 +298,7 @@ impl EventSource for RumqttcEvents {
             timed_out: matches!(e, rumqttc::v5::ConnectionError::Timeout(_))
                 || matches!(&e, rumqttc::v5::ConnectionError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut),
             message: describe(&e),
+            cause: Some(Arc::new(e)),
         })?;
         Ok(match event {
             Event::Incoming(Packet::ConnAck(ack)) => TransportEvent::Connected {

@@ -69,7 +69,7 @@ impl DeviceClient {
             .thread_name("mqstate-iothub")
             .enable_all()
             .build()
-            .map_err(|e| Error::Connection(format!("cannot start a runtime: {e}")))?;
+            .map_err(|e| Error::connection_caused_by(format!("cannot start a runtime: {e}"), e))?;
         let client = run(&runtime, super::DeviceClient::connect(options))?;
         Ok(DeviceClient {
             owner: Arc::new(Owner {

@@ -632,7 +632,8 @@ impl Task {
                     }
                 }
                 Wake::Event(Err(e)) => {
-                    let error = classify(&e, &self.options, self.token_expiry);
+                    let reason = e.to_string();
+                    let error = classify(e, &self.options, self.token_expiry);
                     if let Some(ready) = self.ready.take() {
                         let _ = ready.send(Err(error.clone()));
                         self.stop(error);
@@ -646,7 +647,7 @@ impl Task {
                         break;
                     }
                     let (delay, attempt) = backoff.next_delay(Instant::now(), fastrand::f64());
-                    tracing::info!(device = %self.shared.device_id, "connection lost ({e}); reconnecting in {delay:?} (attempt {attempt})");
+                    tracing::info!(device = %self.shared.device_id, "connection lost ({reason}); reconnecting in {delay:?} (attempt {attempt})");
                     tokio::select! {
                         biased;
                         changed = self.shutdown.changed() => {
@@ -702,7 +703,10 @@ impl Task {
                     let filter =
                         format!("{}#", message::devicebound_prefix(&self.shared.device_id));
                     if let Err(e) = self.client.try_subscribe(filter, QoS::AtLeastOnce) {
-                        return Some(Error::Connection(format!("cannot subscribe: {e}")));
+                        return Some(Error::connection_caused_by(
+                            format!("cannot subscribe: {e}"),
+                            e,
+                        ));
                     }
                     *suback_pending = true;
                 } else {
@@ -716,7 +720,7 @@ impl Task {
                     .iter()
                     .any(|c| matches!(c, rumqttc::SubscribeReasonCode::Failure))
                 {
-                    let e = Error::Connection(format!(
+                    let e = Error::connection(format!(
                         "the hub refused the subscription to devices/{}/messages/devicebound/#",
                         self.shared.device_id
                     ));
@@ -972,8 +976,8 @@ impl Task {
     }
 }
 
-/// Turns rumqttc's connection error into ours.
-fn classify(e: &ConnectionError, options: &DeviceOptions, token_expiry: Option<u64>) -> Error {
+/// Turns rumqttc's connection error into ours (keeping it as the source of a connection error).
+fn classify(e: ConnectionError, options: &DeviceOptions, token_expiry: Option<u64>) -> Error {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
@@ -994,9 +998,12 @@ fn classify(e: &ConnectionError, options: &DeviceOptions, token_expiry: Option<u
                     ))
                 }
             }
-            other => Error::Connection(format!("the hub refused the connection: {other:?}")),
+            other => Error::connection_caused_by(
+                format!("the hub refused the connection: {other:?}"),
+                ConnectionError::ConnectionRefused(other),
+            ),
         },
         ConnectionError::NetworkTimeout => Error::Timeout(options.connect_timeout),
-        other => Error::Connection(other.to_string()),
+        other => Error::connection_caused_by(other.to_string(), other),
     }
 }

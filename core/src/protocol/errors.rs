@@ -10,6 +10,7 @@
 //! [`ServiceError::Unknown`], so that a newer server never breaks an older client.
 
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,20 +24,22 @@ use bytes::Bytes;
 /// assert_eq!(err.kind(), ErrorKind::Service);
 /// assert_eq!(err.to_string(), "state store error: the quota has been exceeded");
 /// ```
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Its `Display` and `source` are written out (below) rather than derived, because a
+/// [`Error::Connection`] keeps the I/O, TLS or MQTT error underneath it in an `Arc` (so that
+/// the error stays `Clone`), and `source` must hand back that error itself, which a caller can
+/// downcast, not the `Arc` around it.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The caller passed something the protocol cannot carry (an empty key, a zero expiry...).
     /// Nothing was sent.
-    #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// No response arrived within the request's timeout.
-    #[error("timed out after {0:?} waiting for the state store")]
     Timeout(Duration),
     /// The first connection attempt did not complete (TCP, TLS and CONNACK) within the
     /// connect timeout ([`crate::ConnectOptions::connect_timeout`], at least 1 s). Its kind is
     /// [`ErrorKind::Timeout`].
-    #[error("timed out after {limit:?} connecting to {host}:{port} (the connect timeout)")]
     ConnectTimeout {
         /// The broker host.
         host: String,
@@ -46,41 +49,33 @@ pub enum Error {
         limit: Duration,
     },
     /// The connection is down (or was closed) and the request was not, or could not be, sent.
-    #[error("disconnected: {0}")]
     Disconnected(String),
     /// The state store answered `-ERR text`.
-    #[error("state store error: {0}")]
     Service(ServiceError),
     /// The reply (or notification) was not one of the forms the protocol allows for it.
-    #[error("unexpected payload: {0}")]
-    UnexpectedPayload(#[from] DecodeError),
+    UnexpectedPayload(DecodeError),
     /// A hybrid logical clock could not be parsed, or would move too far from the wall clock.
-    #[error("{0}")]
-    Hlc(#[from] HlcError),
+    Hlc(HlcError),
     /// The connection could not be configured or established (bad URL, TLS files, refused...).
-    #[error("connection error: {0}")]
-    Connection(String),
+    /// The I/O, TLS or MQTT error underneath, when there is one, is this error's
+    /// [`source`](std::error::Error::source).
+    Connection(ConnectionFailure),
     /// A response whose MQTT properties break the protocol (no `__stat`, a `__stat` other
     /// than 200, a missing `__ts` where the protocol requires one...); the message says which.
     /// Its kind is [`ErrorKind::UnexpectedPayload`].
-    #[error("unexpected response: {0}")]
     UnexpectedResponse(String),
     /// An observation stream could not keep up: this many notifications were dropped because
     /// its buffer was full (the stream goes on; `get` the key to resynchronise).
-    #[error("observation lagged: {0} notifications dropped because the stream's buffer was full")]
     Lagged(u64),
     /// The server refused the credentials (a bad key or SAS token, an expired token, an
     /// unknown device or a refused certificate); the message says which. Retrying with the
     /// same credentials cannot succeed.
-    #[error("authentication failed: {0}")]
     Authentication(String),
     /// The operation does not exist for this protocol (IoT Hub's `reject` and `abandon` over
     /// MQTT). Nothing was sent.
-    #[error("not supported: {0}")]
     NotSupported(String),
     /// A received message could not be decoded (a malformed IoT Hub property bag); the
     /// connection goes on. Its kind is [`ErrorKind::UnexpectedPayload`].
-    #[error("malformed message: {0}")]
     MalformedMessage(String),
 }
 
@@ -149,6 +144,173 @@ pub fn panic_report(payload: &(dyn std::any::Any + Send)) -> String {
         "(no message)"
     };
     format!("mqstate: internal error (a Rust panic, a bug: please report it): {text}")
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Timeout(d) => write!(f, "timed out after {d:?} waiting for the state store"),
+            Error::ConnectTimeout { host, port, limit } => write!(
+                f,
+                "timed out after {limit:?} connecting to {host}:{port} (the connect timeout)"
+            ),
+            Error::Disconnected(m) => write!(f, "disconnected: {m}"),
+            Error::Service(e) => write!(f, "state store error: {e}"),
+            Error::UnexpectedPayload(e) => write!(f, "unexpected payload: {e}"),
+            Error::Hlc(e) => write!(f, "{e}"),
+            Error::Connection(e) => write!(f, "connection error: {e}"),
+            Error::UnexpectedResponse(m) => write!(f, "unexpected response: {m}"),
+            Error::Lagged(n) => write!(
+                f,
+                "observation lagged: {n} notifications dropped because the stream's buffer was full"
+            ),
+            Error::Authentication(m) => write!(f, "authentication failed: {m}"),
+            Error::NotSupported(m) => write!(f, "not supported: {m}"),
+            Error::MalformedMessage(m) => write!(f, "malformed message: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::UnexpectedPayload(e) => Some(e),
+            Error::Hlc(e) => Some(e),
+            Error::Connection(e) => e.cause(),
+            _ => None,
+        }
+    }
+}
+
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Self {
+        Error::UnexpectedPayload(e)
+    }
+}
+
+impl From<HlcError> for Error {
+    fn from(e: HlcError) -> Self {
+        Error::Hlc(e)
+    }
+}
+
+impl Error {
+    /// A connection error with no error underneath it (a refusal the broker explained, a
+    /// runtime that stopped...).
+    ///
+    /// ```
+    /// use mqstate::{Error, ErrorKind};
+    ///
+    /// let err = Error::connection("the connection task ended before connecting");
+    /// assert_eq!(err.kind(), ErrorKind::Connection);
+    /// assert_eq!(err.to_string(), "connection error: the connection task ended before connecting");
+    /// ```
+    pub fn connection(message: impl Into<String>) -> Self {
+        Error::Connection(ConnectionFailure::new(message))
+    }
+
+    /// A connection error caused by `cause` (an I/O, TLS or MQTT error): `message` says what
+    /// was being done, in the words every binding shows (it usually ends with the cause's own
+    /// text), and `cause` stays reachable through [`std::error::Error::source`].
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// use mqstate::Error;
+    ///
+    /// let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+    /// let err = Error::connection_caused_by(format!("CA file ca.pem: {io}"), io);
+    /// assert_eq!(err.to_string(), "connection error: CA file ca.pem: no such file");
+    /// let source = err.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+    /// assert_eq!(source.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    /// ```
+    pub fn connection_caused_by(
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Connection(ConnectionFailure::caused_by(message, cause))
+    }
+}
+
+/// What an [`Error::Connection`] carries: the message (shown after `connection error: `) and
+/// the error underneath it, when there is one. The cause sits in an `Arc` so that the error
+/// stays `Clone` (one failed connection is reported to every waiting caller).
+///
+/// ```
+/// use mqstate::protocol::errors::ConnectionFailure;
+///
+/// let failure = ConnectionFailure::new("refused");
+/// assert_eq!(failure.message(), "refused");
+/// assert!(failure.cause().is_none());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConnectionFailure {
+    message: String,
+    cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl ConnectionFailure {
+    /// A failure with no error underneath.
+    pub fn new(message: impl Into<String>) -> Self {
+        ConnectionFailure {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A failure caused by `cause`.
+    pub fn caused_by(
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::caused_by_shared(message, Some(Arc::new(cause)))
+    }
+
+    /// A failure whose cause is already shared (the transport keeps one per failed poll),
+    /// or none.
+    pub fn caused_by_shared(
+        message: impl Into<String>,
+        cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        ConnectionFailure {
+            message: message.into(),
+            cause,
+        }
+    }
+
+    /// The message, without the `connection error: ` prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The error underneath (an `std::io::Error`, a `rustls::Error`, a rumqttc connection
+    /// error...), itself, ready to be downcast.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Some(cause) => Some(&**cause),
+            None => None,
+        }
+    }
+}
+
+/// A failure with no cause, from its message (`Error::Connection("refused".into())`).
+impl From<String> for ConnectionFailure {
+    fn from(message: String) -> Self {
+        ConnectionFailure::new(message)
+    }
+}
+
+/// A failure with no cause, from its message.
+impl From<&str> for ConnectionFailure {
+    fn from(message: &str) -> Self {
+        ConnectionFailure::new(message)
+    }
+}
+
+impl fmt::Display for ConnectionFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 impl From<ServiceError> for Error {
@@ -621,6 +783,46 @@ mod tests {
             assert_eq!(&ServiceError::from_text(e.text()), e);
             assert_ne!(e.kind_str(), "unknown");
         }
+    }
+
+    #[test]
+    fn a_connection_error_keeps_its_cause_as_its_source() {
+        use std::error::Error as _;
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let err = Error::connection_caused_by(format!("password file p: {io}"), io);
+        // What every binding shows and maps is unchanged...
+        assert_eq!(err.kind(), ErrorKind::Connection);
+        assert_eq!(err.to_string(), "connection error: password file p: denied");
+        // ...and the error underneath is there, itself (not the Arc around it).
+        let source = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::PermissionDenied)
+        );
+        // Clones share it.
+        assert!(err.clone().source().is_some());
+        // Without a cause there is no source.
+        let bare: Error = Error::Connection("refused".into());
+        assert_eq!(bare.to_string(), "connection error: refused");
+        assert!(bare.source().is_none());
+    }
+
+    #[test]
+    fn the_other_sources_are_unchanged() {
+        use std::error::Error as _;
+        let decode = DecodeError::new(
+            DecodeErrorKind::Truncated,
+            "a bulk string",
+            0,
+            &Bytes::from_static(b"$5\r\nab"),
+        );
+        let err = Error::from(decode.clone());
+        let source = err.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        assert_eq!(source, Some(&decode));
+        assert!(Error::Timeout(Duration::from_secs(1)).source().is_none());
+        assert!(Error::InvalidArgument("x".into()).source().is_none());
     }
 
     #[test]

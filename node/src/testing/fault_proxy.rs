@@ -69,7 +69,7 @@ impl FaultProxy {
             async move {
                 Proxy::start(upstream)
                     .await
-                    .map_err(|e| Error::Connection(format!("the fault proxy did not start: {e}")))
+                    .map_err(|e| Error::connection(format!("the fault proxy did not start: {e}")))
             },
             |_, proxy| {
                 Ok(FaultProxy {

@@ -84,7 +84,7 @@ impl LocalIotHub {
             async move {
                 mqstate_server::iothub::IotHubServer::start(config)
                     .await
-                    .map_err(|e| Error::Connection(format!("the local IoT Hub did not start: {e}")))
+                    .map_err(|e| Error::connection(format!("the local IoT Hub did not start: {e}")))
             },
             |_, server| {
                 let hub = server.hub();

@@ -114,7 +114,7 @@ impl LocalServer {
             async move {
                 mqstate_server::LocalServer::start_with(config)
                     .await
-                    .map_err(|e| Error::Connection(format!("the local server did not start: {e}")))
+                    .map_err(|e| Error::connection(format!("the local server did not start: {e}")))
             },
             |_, server| {
                 Ok(LocalServer {

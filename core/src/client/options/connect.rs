@@ -373,9 +373,9 @@ impl ConnectOptions {
     /// connection, so rotated secrets are picked up), else `password`.
     pub fn current_password(&self) -> Result<Option<String>, Error> {
         match &self.password_file {
-            Some(path) => std::fs::read_to_string(path)
-                .map(Some)
-                .map_err(|e| Error::Connection(format!("password file {}: {e}", path.display()))),
+            Some(path) => std::fs::read_to_string(path).map(Some).map_err(|e| {
+                Error::connection_caused_by(format!("password file {}: {e}", path.display()), e)
+            }),
             None => Ok(self.password.clone()),
         }
     }
@@ -385,7 +385,12 @@ impl ConnectOptions {
         match &self.sat_file {
             Some(path) => std::fs::read(path)
                 .map(|t| Some(Bytes::from(t)))
-                .map_err(|e| Error::Connection(format!("SAT token file {}: {e}", path.display()))),
+                .map_err(|e| {
+                    Error::connection_caused_by(
+                        format!("SAT token file {}: {e}", path.display()),
+                        e,
+                    )
+                }),
             None => Ok(None),
         }
     }
