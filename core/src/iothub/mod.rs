@@ -54,18 +54,34 @@
 #[cfg(feature = "client")]
 pub mod blocking;
 #[cfg(feature = "client")]
+mod c2d;
+#[cfg(feature = "client")]
 mod client;
 #[cfg(feature = "client")]
 mod completion;
+#[cfg(feature = "client")]
+mod connect_error;
 mod message;
 #[cfg(feature = "client")]
 mod options;
 pub mod properties;
+#[cfg(feature = "client")]
+mod redelivery;
+#[cfg(feature = "client")]
+mod renewal;
 pub mod sas;
+#[cfg(feature = "client")]
+mod shared;
+#[cfg(feature = "client")]
+mod task;
 
 #[cfg(feature = "client")]
-pub use client::{C2dMessage, DeviceClient, DeviceStats};
+pub use c2d::C2dMessage;
+#[cfg(feature = "client")]
+pub use client::DeviceClient;
 pub use message::{MessageContent, Telemetry};
 #[cfg(feature = "client")]
 pub use options::{API_VERSION, DeviceAuth, DeviceOptions};
 pub use properties::Property;
+#[cfg(feature = "client")]
+pub use shared::DeviceStats;
