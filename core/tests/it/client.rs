@@ -15,16 +15,14 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::bounded;
+use crate::common::bounded;
 
 /// One test module per scenario, with a test per broker. `&` scenarios borrow the
 /// environment (shut down afterwards); `owned` ones take it (they stop parts of it).
 macro_rules! on_both_brokers {
     ($($test:ident => $kind:tt $scenario:ident;)*) => {$(
         mod $test {
-            use super::common::{self, Backend, Env, bounded};
+            use crate::common::{self, Backend, Env, bounded};
 
             async fn run(backend: Backend) {
                 let name = stringify!($scenario);

@@ -10,12 +10,10 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{self, Backend, Harness, Req, WAIT, resp};
 use bytes::Bytes;
-use common::{Backend, Harness, Req, WAIT, resp};
 use mqstate::Hlc;
 use mqstate::protocol::topics::{self, REQUEST_TOPIC};
 use mqstate_server::ServerConfig;

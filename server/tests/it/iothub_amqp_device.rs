@@ -29,6 +29,8 @@ use mqstate_server::iothub::{
 };
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet};
 
+use crate::common::hub::amqp_tls;
+
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const OTHER_KEY: &str = "AQECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const SOON: Duration = Duration::from_secs(20);
@@ -57,20 +59,9 @@ struct Device {
 }
 
 impl Device {
-    async fn tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-        let addr = hub.endpoints().amqp_endpoint.expect("the AMQP endpoint");
-        let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let connector = mqstate_testing::tls::connector(&pem);
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        connector
-            .connect(mqstate_testing::tls::localhost(), tcp)
-            .await
-            .unwrap()
-    }
-
     /// Connects without SASL, as Node's rhea does.
     async fn connect(hub: &IotHub) -> Device {
-        let tls = Device::tls(hub).await;
+        let tls = amqp_tls(hub).await;
         let mut connection = Connection::builder()
             .container_id("test-device")
             .hostname("localhost")

@@ -12,11 +12,9 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{WAIT, bounded, cut, key, next, proxy, restore, spawn_requests, wait_state};
+use crate::common::{WAIT, bounded, cut, key, next, proxy, restore, spawn_requests, wait_state};
 use mqstate::{
     Client, ConnectOptions, ConnectionState, ErrorKind, NotifyOperation, ReconnectPolicy,
     SetOptions,

@@ -15,13 +15,9 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use std::io::Write;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, Req, resp};
+use crate::common::{RawClient, Req, logs, resp};
 use mqstate_server::{LocalServer, ServerConfig};
 use mqstate_testing::{self as testing, Backend, TestStore};
 use rumqttc::v5::mqttbytes::v5::Packet;
@@ -39,41 +35,6 @@ const GIVE_UP: Duration = Duration::from_secs(10);
 /// How often the measuring client repeats its request: a request published before the store
 /// subscribed again (Mosquitto restarted without its sessions) reaches nobody.
 const RESEND_EVERY: Duration = Duration::from_millis(50);
-
-/// Everything logged in this test binary, to check the security event's log line.
-static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-/// A log writer that keeps the lines in [`LOGS`] and prints them too.
-struct Capture;
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        std::io::stderr().write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
-}
-
-fn capture_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(|| Capture)
-        .try_init();
-}
-
-fn logs() -> String {
-    String::from_utf8_lossy(
-        &LOGS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    )
-    .into_owned()
-}
 
 /// From `since`: how long until the store answers a fresh client's request on the broker at
 /// `port` (`None`: not within [`GIVE_UP`]).
@@ -102,7 +63,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_answers_within_1s_of_each_of_five_broker_restarts() {
-    capture_logs();
+    logs::capture();
     let Some(mosquitto) = testing::mosquitto_or_skip("five_broker_restarts") else {
         return;
     };
@@ -194,7 +155,7 @@ async fn impostor(port: u16, id: &str) -> (AsyncClient, tokio::sync::oneshot::Re
 /// no property length: `E0 01 8E`), which rumqttc 0.25 cannot parse (it reports the
 /// connection closed), so there the takeover is only a loss to the store.
 async fn takeover(backend: Backend, name: &str) {
-    capture_logs();
+    logs::capture();
     let store_id = format!("reconnect-test-store-{name}-{}", std::process::id());
     let config = ServerConfig {
         client_id: Some(store_id.clone()),
@@ -222,13 +183,13 @@ async fn takeover(backend: Backend, name: &str) {
         answered.is_some_and(|a| a <= ANSWER_WITHIN),
         "the store answered {answered:?} after a takeover (requirement: {ANSWER_WITHIN:?})"
     );
-    let logs = logs();
+    let logged = logs::lines_with(&store_id);
     assert!(
         backend == Backend::Embedded
-            || logs.lines().any(|l| l.contains("WARN")
-                && l.contains("another client connected with the state store's client id")
-                && l.contains(&store_id)),
-        "no security warning for {store_id} in the logs:\n{logs}"
+            || logged.iter().any(|l| l.contains("WARN")
+                && l.contains("another client connected with the state store's client id")),
+        "no security warning for {store_id} in the logs:\n{}",
+        logged.join("\n")
     );
     store.shutdown().await;
 }

@@ -13,9 +13,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
-use common::{TlsMosquitto, bounded, key, make_tls_files, next};
+use crate::common::{TlsMosquitto, bounded, key, make_tls_files, next};
 use mqstate::{Client, ConnectOptions, ErrorKind, SetOptions, TlsOptions};
 use mqstate_server::{LocalServer, ServerConfig};
 

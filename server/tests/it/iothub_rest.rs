@@ -11,27 +11,20 @@
     clippy::indexing_slicing
 )]
 
-use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{HeaderMap, Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{HeaderMap, Method, StatusCode};
 use mqstate_server::iothub::policies::{SharedAccessPolicy, service_token};
 use mqstate_server::iothub::registry::generate_key;
 use mqstate_server::iothub::{C2dMessage, HUB_FILE, IotHub, IotHubConfig, IotHubServer};
-use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 
-const API: &str = "api-version=2021-04-12";
-const KEY1: &str = "AAECAwQFBgcICQoLDA0ODw==";
-const KEY2: &str = "EBESExQVFhcYGRobHB0eHw==";
+use crate::common::hub::{self, API, Https, KEY1, KEY2};
+use crate::common::logs;
 
 /// An HTTPS client of the hub's REST API that trusts the hub's generated certificate.
 struct Rest {
-    addr: SocketAddr,
-    tls: tokio_rustls::TlsConnector,
+    https: Https,
     hub: IotHub,
 }
 
@@ -42,25 +35,15 @@ struct Reply {
 }
 
 impl Reply {
-    /// The IoT Hub error code in `Message` ("ErrorCode:{code};{text}"), as Node parses it.
-    fn error_code(&self) -> &str {
-        let message = self.body["Message"].as_str().unwrap_or_default();
-        message
-            .split(';')
-            .next()
-            .and_then(|p| p.split(':').nth(1))
-            .unwrap_or_default()
+    fn error_code(&self) -> String {
+        hub::error_code(&self.body)
     }
 }
 
 impl Rest {
     fn new(hub: &IotHub) -> Rest {
-        let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
-        let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let connector = mqstate_testing::tls::connector(&pem);
         Rest {
-            addr,
-            tls: connector,
+            https: Https::new(hub),
             hub: hub.clone(),
         }
     }
@@ -73,6 +56,8 @@ impl Rest {
         )
     }
 
+    /// A call as the service SDKs make it: a `Request-Id`, the token, an ETag to match, and a
+    /// JSON body.
     async fn call(
         &self,
         method: Method,
@@ -81,50 +66,32 @@ impl Rest {
         if_match: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
-        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let name = ServerName::try_from("localhost").unwrap();
-        let stream = self.tls.connect(name, tcp).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path_and_query)
-            .header(hyper::header::HOST, "localhost")
-            .header("Request-Id", "0000");
+        let mut headers = vec![("Request-Id", "0000")];
         if let Some(auth) = authorization {
-            request = request.header(hyper::header::AUTHORIZATION, auth);
+            headers.push(("Authorization", auth));
         }
         if let Some(etag) = if_match {
-            request = request.header(hyper::header::IF_MATCH, etag);
+            headers.push(("If-Match", etag));
         }
         let payload = match body {
             Some(b) => {
-                request = request.header(
-                    hyper::header::CONTENT_TYPE,
-                    "application/json; charset=utf-8",
-                );
-                Bytes::from(b.to_string())
+                headers.push(("Content-Type", "application/json; charset=utf-8"));
+                b.to_string()
             }
-            None => Bytes::new(),
+            None => String::new(),
         };
-        let response = sender
-            .send_request(request.body(Full::new(payload)).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let body = if bytes.is_empty() {
+        let reply = self
+            .https
+            .call(method, path_and_query, &headers, payload.as_bytes())
+            .await;
+        let body = if reply.body.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)))
+            reply.json()
         };
         Reply {
-            status,
-            headers,
+            status: reply.status,
+            headers: reply.headers,
             body,
         }
     }
@@ -779,41 +746,16 @@ async fn a_token_whose_expiry_overflows_gets_a_401_and_the_hub_goes_on() {
     server.shutdown().await;
 }
 
-/// What the tracing subscriber of this test binary has written (every test's lines).
-static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-
-#[derive(Clone, Copy)]
-struct LogWriter;
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOG.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The bytes of the log lines that hold `marker`.
 fn logged_with(marker: &str) -> usize {
-    let log = LOG.lock().unwrap();
-    String::from_utf8_lossy(&log)
-        .lines()
-        .filter(|l| l.contains(marker))
-        .map(|l| l.len() + 1)
-        .sum()
+    logs::lines_with(marker).iter().map(|l| l.len() + 1).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_64_kib_token_adds_under_1_kib_to_the_log_and_repeats_are_summarised() {
     // The server's info log, as `mqstate serve` writes it (lines of other tests of this binary
     // land here too: only the lines quoting this test's token are counted).
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| LogWriter)
-        .with_env_filter("info")
-        .with_ansi(false)
-        .try_init();
+    logs::capture();
     let server = IotHubServer::start(config()).await.unwrap();
     let hub = server.hub();
     let rest = Rest::new(&hub);

@@ -16,7 +16,9 @@ use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, HUB_FILE, IotHubConfig, IotHubError, IotHubServer,
 };
 use mqstate_server::persist::PersistMode;
-use mqstate_server::{LocalServer, ServerConfig, ServerError};
+use mqstate_server::{LocalServer, ServerConfig};
+
+use crate::common::data_dir_error;
 
 fn hub_config(dir: &std::path::Path) -> IotHubConfig {
     IotHubConfig {
@@ -24,14 +26,6 @@ fn hub_config(dir: &std::path::Path) -> IotHubConfig {
         data_dir: Some(dir.to_owned()),
         feedback_batch_size: 1,
         ..IotHubConfig::default()
-    }
-}
-
-fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
-    match result {
-        Err(ServerError::DataDir(text)) => text,
-        Err(other) => panic!("expected a data dir error, got {other}"),
-        Ok(_) => panic!("the server started"),
     }
 }
 

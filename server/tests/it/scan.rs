@@ -10,13 +10,11 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::common::{Harness, RawClient, resp};
 use bytes::Bytes;
-use common::{Harness, RawClient, resp};
 use mqstate::protocol::resp3::{ScanPage, decode_scan_reply};
 use mqstate_server::persist::PersistMode;
 use mqstate_server::{LocalServer, ServerConfig};

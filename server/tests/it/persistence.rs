@@ -19,16 +19,10 @@ use mqstate::protocol::resp3::{SetCondition, encode_set};
 use mqstate::{Client, ConnectOptions, SetOptions};
 use mqstate_server::persist::{self, PersistMode, Persistence};
 use mqstate_server::statestore::handler::{HandlerConfig, RequestContext};
-use mqstate_server::{LocalServer, ServerConfig, ServerError};
-use redb::ReadableDatabase;
+use mqstate_server::{LocalServer, ServerConfig};
 
-fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
-    match result {
-        Err(ServerError::DataDir(text)) => text,
-        Err(other) => panic!("expected a data dir error, got {other}"),
-        Ok(_) => panic!("the server started"),
-    }
-}
+use crate::common::data_dir_error;
+use redb::ReadableDatabase;
 
 #[tokio::test]
 async fn a_file_of_another_format_or_program_is_refused_and_left_alone() {

@@ -1,5 +1,5 @@
 //! The crash test of the local IoT Hub's data dir, shared by `cli/examples/iothub_crash_test.rs`
-//! (30 kills and more, `scripts/iothub-crash-test`) and `cli/tests/iothub_crash.rs` (a short
+//! (30 kills and more, `scripts/iothub-crash-test`) and `cli/tests/it/iothub_crash.rs` (a short
 //! run in the test command).
 //!
 //! `mqstate serve --data-dir` runs as a process; four service tasks send C2D messages through

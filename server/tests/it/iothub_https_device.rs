@@ -11,110 +11,25 @@
     clippy::indexing_slicing
 )]
 
-use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{HeaderMap, Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, StatusCode};
 use mqstate_server::iothub::policies::service_token;
 use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer, sas,
 };
-use rustls::pki_types::ServerName;
-use serde_json::Value;
 
-const API: &str = "api-version=2021-04-12";
-const KEY1: &str = "AAECAwQFBgcICQoLDA0ODw==";
-const KEY2: &str = "EBESExQVFhcYGRobHB0eHw==";
+use crate::common::hub::{API, Https, KEY1, KEY2, Reply};
+
 const OTHER_KEY: &str = "ICEiIyQlJicoKSorLC0uLw==";
 
-/// An HTTPS client of the hub that trusts its generated certificate.
-struct Https {
-    addr: SocketAddr,
-    tls: tokio_rustls::TlsConnector,
+/// The hub's device HTTPS API, as the Node SDK calls it.
+trait DeviceApi {
+    async fn receive(&self, id: &str, token: &str) -> Reply;
+    async fn settle(&self, id: &str, token: &str, lock: &str, how: &str) -> Reply;
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    /// The IoT Hub error code in `Message` ("ErrorCode:{code};{text}"), as Node parses it.
-    fn error_code(&self) -> String {
-        let body = self.json();
-        let message = body["Message"].as_str().unwrap_or_default();
-        message
-            .split(';')
-            .next()
-            .and_then(|p| p.split(':').nth(1))
-            .unwrap_or_default()
-            .to_owned()
-    }
-}
-
-impl Https {
-    fn new(hub: &IotHub) -> Https {
-        let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
-        let pem = hub.ca_certificate_pem().expect("a generated certificate");
-        let connector = mqstate_testing::tls::connector(&pem);
-        Https {
-            addr,
-            tls: connector,
-        }
-    }
-
-    async fn call(
-        &self,
-        method: Method,
-        path_and_query: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> Reply {
-        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let name = ServerName::try_from("localhost").unwrap();
-        let stream = self.tls.connect(name, tcp).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path_and_query)
-            .header(hyper::header::HOST, "localhost");
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = sender
-            .send_request(
-                request
-                    .body(Full::new(Bytes::copy_from_slice(body)))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        Reply {
-            status,
-            headers,
-            body,
-        }
-    }
-
+impl DeviceApi for Https {
     /// `GET .../messages/devicebound` as the Node SDK sends it (lower-case `devicebound`).
     async fn receive(&self, id: &str, token: &str) -> Reply {
         let path = format!("/devices/{id}/messages/devicebound?{API}");

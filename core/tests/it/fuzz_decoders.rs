@@ -12,7 +12,7 @@
     dead_code
 )]
 
-#[path = "../fuzz/checks.rs"]
+#[path = "../../fuzz/checks.rs"]
 mod checks;
 
 use proptest::prelude::*;

@@ -20,8 +20,6 @@
     clippy::indexing_slicing
 )]
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{WAIT, bounded, key, wait_state};
+use crate::common::{WAIT, bounded, key, wait_state};
 use mqstate::{Client, ConnectOptions, ConnectionState, Hlc, ReconnectPolicy, SetOptions};
 use mqstate_server::{LocalServer, ServerConfig};
 use mqstate_testing as testing;

@@ -1,8 +1,15 @@
-//! Shared harness of the conformance tests: a server on one of two backends (the embedded
-//! broker, or Mosquitto with the store attached), and a raw MQTT5 client (rumqttc directly,
-//! not the mqstate client) that sends hand-built requests and collects everything it receives.
+//! The helpers of the server's integration tests, once for every file. Here: the harness of
+//! the conformance tests, a server on one of two backends (the embedded broker, or Mosquitto
+//! with the store attached), and a raw MQTT5 client (rumqttc directly, not the mqstate client)
+//! that sends hand-built requests and collects everything it receives. In the modules: the
+//! hub's HTTPS and AMQP clients (`hub`), the binary's log (`logs`), and a process of its own
+//! for a test that measures its process (`alone`).
 
 #![allow(dead_code)]
+
+pub mod alone;
+pub mod hub;
+pub mod logs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,13 +17,22 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use mqstate::Hlc;
 use mqstate::protocol::topics::{self, REQUEST_TOPIC};
-use mqstate_server::ServerConfig;
+use mqstate_server::{LocalServer, ServerConfig, ServerError};
 use mqstate_testing::{self as testing, TestStore};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties, SubscribeReasonCode};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+/// The message of the data dir error that `result` must be.
+pub fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
+    match result {
+        Err(ServerError::DataDir(text)) => text,
+        Err(other) => panic!("expected a data dir error, got {other}"),
+        Ok(_) => panic!("the server started"),
+    }
+}
 
 /// How long to wait for anything that must arrive (generous: a slow CI machine is not a
 /// failure; only a missing message is).
@@ -420,12 +436,14 @@ macro_rules! both_backends {
     };
     ($name:ident, $config:expr) => {
         mod $name {
+            // For the names `$config` uses, from the module that calls the macro.
+            #[allow(unused_imports)]
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
-                let h = common::Harness::start_with(
-                    common::Backend::Embedded,
+                let h = $crate::common::Harness::start_with(
+                    $crate::common::Backend::Embedded,
                     concat!(stringify!($name), "::embedded"),
                     $config,
                 )
@@ -437,8 +455,8 @@ macro_rules! both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mosquitto() {
-                let Some(h) = common::Harness::start_with(
-                    common::Backend::Mosquitto,
+                let Some(h) = $crate::common::Harness::start_with(
+                    $crate::common::Backend::Mosquitto,
                     concat!(stringify!($name), "::mosquitto"),
                     $config,
                 )

@@ -1,6 +1,6 @@
 //! The local IoT Hub's crash test, short: `mqstate serve --data-dir` SIGKILLed 5 times while a
 //! service sends C2D messages and a device completes them (the 30-kill run is
-//! `scripts/iothub-crash-test`; the harness is `support/iothub_crash.rs`).
+//! `scripts/iothub-crash-test`; the harness is `tests/it/support/iothub_crash.rs`).
 
 #![allow(
     clippy::unwrap_used,
@@ -11,8 +11,7 @@
 
 use std::time::Duration;
 
-#[path = "support/iothub_crash.rs"]
-mod support;
+use crate::support::iothub_crash as support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_kills_lose_no_acknowledged_message_and_keep_the_registry() {
