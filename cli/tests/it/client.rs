@@ -19,6 +19,8 @@ use mqstate::Hlc;
 use mqstate_server::{LocalServer, ServerConfig};
 use mqstate_testing::{Backend, TestStore, free_port};
 
+use crate::support::{Reaper, signal, wait_exit};
+
 /// Generous: the machine running the tests may be very busy.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -82,37 +84,6 @@ impl Drop for Store {
         if let Some(store) = self.store.take() {
             self.runtime.block_on(store.shutdown());
         }
-    }
-}
-
-/// Kills a child process on drop, so a failing test leaves nothing behind.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Sends a signal to a child.
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-/// Waits for a child's exit status.
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(start.elapsed() < within, "still running after {within:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -8,20 +8,13 @@
     clippy::indexing_slicing
 )]
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use mqstate_testing as testing;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::support::Reaper;
 
 fn mqstate(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mqstate"))
@@ -54,7 +47,7 @@ async fn serve_and_the_iothub_commands() {
     let broker = testing::free_port().unwrap().to_string();
     let devices = testing::free_port().unwrap();
     let admin = testing::free_port().unwrap();
-    let _serve = Serve(
+    let _serve = Reaper(
         Command::new(env!("CARGO_BIN_EXE_mqstate"))
             .args(["serve", "--port", &broker, "--log", "warn"])
             .args(["--iothub-port", &devices.to_string()])
@@ -242,7 +235,7 @@ fn the_iothub_commands_need_the_token_when_serve_asks_for_credentials() {
     let token_file = dir.path().join("web-token");
     let broker = testing::free_port().unwrap().to_string();
     let admin = testing::free_port().unwrap();
-    let _serve = Serve(
+    let _serve = Reaper(
         Command::new(env!("CARGO_BIN_EXE_mqstate"))
             .args([
                 "serve",

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mqstate_server::iothub::client::AdminClient;
@@ -22,9 +22,11 @@ use mqstate_testing as testing;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};
 use tokio::sync::mpsc;
 
+use crate::support::Reaper;
+
 /// A running `mqstate serve` with its hub; killed (SIGKILL) on drop.
 struct Serve {
-    child: Child,
+    child: Reaper,
     devices: u16,
     admin: AdminClient,
 }
@@ -68,7 +70,7 @@ impl Serve {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Serve {
-            child,
+            child: Reaper(child),
             devices: ports.devices,
             admin,
         }
@@ -76,8 +78,8 @@ impl Serve {
 
     /// SIGKILL: no shutdown code runs.
     fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.child.0.kill().unwrap();
+        self.child.0.wait().unwrap();
     }
 
     /// A raw MQTT 3.1.1 device (manual PUBACKs when `manual`), subscribed to its messages.
@@ -111,13 +113,6 @@ impl Serve {
             }
         });
         (client, rx)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

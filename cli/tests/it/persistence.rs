@@ -11,15 +11,17 @@
 )]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use mqstate::{Client, ConnectOptions, ErrorKind, ServiceError, SetOptions};
 use mqstate_testing as testing;
 
+use crate::support::Reaper;
+
 /// A running `mqstate serve`; killed (SIGKILL) on drop.
 struct Serve {
-    child: Child,
+    child: Reaper,
     port: u16,
 }
 
@@ -43,7 +45,10 @@ impl Serve {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start mqstate serve");
-        Serve { child, port }
+        Serve {
+            child: Reaper(child),
+            port,
+        }
     }
 
     /// Connects, retrying while the server starts (generous: the machine may be loaded).
@@ -68,15 +73,8 @@ impl Serve {
 
     /// SIGKILL: no shutdown code runs.
     fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.0.kill().unwrap();
+        self.child.0.wait().unwrap();
     }
 }
 
@@ -278,7 +276,10 @@ async fn a_full_disk_fails_writes_cleanly_and_reads_keep_working() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start mqstate serve under bash");
-    let serve = Serve { child, port };
+    let serve = Serve {
+        child: Reaper(child),
+        port,
+    };
     let c = serve.client().await;
     let value = vec![b'x'; 64 * 1024];
     let mut acked = Vec::new();
@@ -387,7 +388,10 @@ async fn broker_sessions_survive_a_sigkill() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let serve = Serve { child, port };
+    let serve = Serve {
+        child: Reaper(child),
+        port,
+    };
     assert!(connect_session(port, None).await, "the session was lost");
     drop(serve);
 }

@@ -8,8 +8,8 @@
     clippy::indexing_slicing
 )]
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use bytes::Bytes;
 use mqstate::protocol::topics::{self, REQUEST_TOPIC};
@@ -18,7 +18,9 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 
-struct Serve(Child);
+use crate::support::{Reaper, signal, wait_exit};
+
+struct Serve(Reaper);
 
 impl Serve {
     fn start(args: &[&str]) -> Serve {
@@ -30,32 +32,13 @@ impl Serve {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start mqstate serve");
-        Serve(child)
+        Serve(Reaper(child))
     }
 
     /// SIGINT, then the exit status (within 10 s).
     fn interrupt(&mut self) -> std::process::ExitStatus {
-        let pid = self.0.id().to_string();
-        let status = Command::new("kill").args(["-INT", &pid]).status().unwrap();
-        assert!(status.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "did not stop on SIGINT"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        signal(&self.0.0, "-INT");
+        wait_exit(&mut self.0.0, Duration::from_secs(10))
     }
 }
 

@@ -71,7 +71,7 @@ fn model_merge(own: (u64, u64), remote: (u64, u64), now: u64) -> (u64, u128) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(crate::common::proptest_config(512))]
 
     #[test]
     fn display_then_parse_is_identity(h in hlc()) {

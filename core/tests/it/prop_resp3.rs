@@ -57,7 +57,7 @@ fn request() -> impl Strategy<Value = Request> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(crate::common::proptest_config(256))]
 
     #[test]
     fn request_encode_decode_is_identity(request in request()) {

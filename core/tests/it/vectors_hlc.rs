@@ -13,25 +13,7 @@ use std::time::Duration;
 use mqstate::protocol::hlc::{Hlc, HlcClock, HlcError, ManualClock};
 use serde_json::Value;
 
-fn load() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/hlc.json");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn cases<'a>(doc: &'a Value, section: &str) -> &'a [Value] {
-    let cases = doc[section]
-        .as_array()
-        .unwrap_or_else(|| panic!("missing section {section}"));
-    assert!(!cases.is_empty(), "empty section {section}");
-    cases
-}
-
-fn str_of<'a>(case: &'a Value, field: &str) -> &'a str {
-    case[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("{field} must be a string: {case}"))
-}
+use crate::common::vectors::{cases, load, str_of};
 
 /// Numbers are decimal strings in the vectors (JavaScript cannot hold u64 exactly).
 fn u64_of(case: &Value, field: &str) -> u64 {
@@ -94,7 +76,7 @@ fn check_outcome(case: &Value, clock: &HlcClock, before: &Hlc, outcome: Result<H
 
 #[test]
 fn valid() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "valid") {
         let h: Hlc = str_of(case, "text")
             .parse()
@@ -114,7 +96,7 @@ fn valid() {
 
 #[test]
 fn malformed() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "malformed") {
         let text = str_of(case, "text");
         let err = text.parse::<Hlc>().expect_err(&case.to_string());
@@ -131,7 +113,7 @@ fn malformed() {
 
 #[test]
 fn ordering() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "ordering") {
         let lower = hlc_of(case, "lower");
         let higher = hlc_of(case, "higher");
@@ -143,7 +125,7 @@ fn ordering() {
 
 #[test]
 fn equal() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "equal") {
         let a = hlc_of(case, "a");
         let b = hlc_of(case, "b");
@@ -155,7 +137,7 @@ fn equal() {
 
 #[test]
 fn merge() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "merge") {
         let before = hlc_of(case, "clock");
         let remote = hlc_of(case, "remote");
@@ -177,7 +159,7 @@ fn merge() {
 
 #[test]
 fn send() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "send") {
         let before = hlc_of(case, "clock");
         let clock = clock_holding(&before, u64_of(case, "now"), max_drift_of(case));
@@ -188,7 +170,7 @@ fn send() {
 
 #[test]
 fn too_far_ahead() {
-    let doc = load();
+    let doc = load("hlc.json");
     for case in cases(&doc, "too_far_ahead") {
         let clock = HlcClock::with_wall_clock(
             "StateStore",

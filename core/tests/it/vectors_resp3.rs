@@ -14,11 +14,7 @@ use mqstate::protocol::resp3::{
 use mqstate::{Error, ServiceError};
 use serde_json::Value;
 
-fn load(name: &str) -> Value {
-    let path = format!("{}/../tests/vectors/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
+use crate::common::vectors::load;
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())

@@ -10,25 +10,7 @@
 use mqstate::protocol::topics::{self, TopicError};
 use serde_json::Value;
 
-fn load() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/topics.json");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn cases<'a>(doc: &'a Value, section: &str) -> &'a [Value] {
-    let cases = doc[section]
-        .as_array()
-        .unwrap_or_else(|| panic!("missing section {section}"));
-    assert!(!cases.is_empty(), "empty section {section}");
-    cases
-}
-
-fn str_of<'a>(case: &'a Value, field: &str) -> &'a str {
-    case[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("{field} must be a string: {case}"))
-}
+use crate::common::vectors::{cases, load, str_of};
 
 fn bytes_of(case: &Value, field: &str) -> Vec<u8> {
     case[field]
@@ -55,7 +37,7 @@ fn usize_of(case: &Value, field: &str) -> usize {
 
 #[test]
 fn constants() {
-    let doc = load();
+    let doc = load("topics.json");
     assert_eq!(str_of(&doc, "request_topic"), topics::REQUEST_TOPIC);
     assert_eq!(
         str_of(&doc, "forbidden_response_prefix"),
@@ -65,7 +47,7 @@ fn constants() {
 
 #[test]
 fn hex_encode() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "hex_encode") {
         let bytes = bytes_of(case, "bytes");
         assert_eq!(topics::hex_encode(&bytes), str_of(case, "hex"), "{case}");
@@ -79,7 +61,7 @@ fn hex_encode() {
 
 #[test]
 fn hex_decode() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "hex_decode") {
         let text = str_of(case, "text");
         let outcome = topics::hex_decode(text);
@@ -102,7 +84,7 @@ fn hex_decode() {
 
 #[test]
 fn response_topic() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "response_topic") {
         let client_id = str_of(case, "client_id");
         let topic = topics::response_topic(client_id);
@@ -122,7 +104,7 @@ fn response_topic() {
 
 #[test]
 fn validate_response_topic() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "validate_response_topic") {
         let outcome = topics::validate_response_topic(str_of(case, "topic"));
         match (case.get("ok"), case.get("error")) {
@@ -138,7 +120,7 @@ fn validate_response_topic() {
 
 #[test]
 fn notification_topic() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "notification_topic") {
         let client_id = str_of(case, "client_id");
         let key = hex_field(case, "key_hex");
@@ -159,7 +141,7 @@ fn notification_topic() {
 
 #[test]
 fn parse_notification_topic() {
-    let doc = load();
+    let doc = load("topics.json");
     for case in cases(&doc, "parse_notification_topic") {
         let outcome = topics::parse_notification_topic(str_of(case, "topic"));
         if case.get("error").is_none() {

@@ -24,7 +24,6 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use mqstate_server::iothub::policies::service_token;
 use mqstate_server::iothub::{Ack, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer};
 
-use crate::common::alone;
 use crate::common::hub::amqp_tls;
 
 async fn start(config: IotHubConfig) -> (IotHubServer, IotHub) {
@@ -897,12 +896,7 @@ fn rss() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_delivery_is_refused_at_the_links_size() {
     // It measures this process's memory: other tests must not allocate in it meanwhile.
-    if alone::in_own_process(concat!(
-        module_path!(),
-        "::an_unfinished_delivery_is_refused_at_the_links_size"
-    )) {
-        return;
-    }
+    run_alone!(an_unfinished_delivery_is_refused_at_the_links_size);
     use tokio::io::AsyncWriteExt;
     let (server, hub) = start(quick_config()).await;
     let stream = raw::sender(amqp_tls(&hub).await, "$cbs").await;

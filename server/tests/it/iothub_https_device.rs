@@ -24,12 +24,7 @@ use crate::common::hub::{API, Https, KEY1, KEY2, Reply};
 const OTHER_KEY: &str = "ICEiIyQlJicoKSorLC0uLw==";
 
 /// The hub's device HTTPS API, as the Node SDK calls it.
-trait DeviceApi {
-    async fn receive(&self, id: &str, token: &str) -> Reply;
-    async fn settle(&self, id: &str, token: &str, lock: &str, how: &str) -> Reply;
-}
-
-impl DeviceApi for Https {
+impl Https {
     /// `GET .../messages/devicebound` as the Node SDK sends it (lower-case `devicebound`).
     async fn receive(&self, id: &str, token: &str) -> Reply {
         let path = format!("/devices/{id}/messages/devicebound?{API}");

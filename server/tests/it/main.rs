@@ -4,10 +4,12 @@
 //! path is the filter: `cargo test -p mqstate-server --test it iothub_amqp::`.
 //!
 //! Tests of one binary share a process: none may set environment variables or other
-//! process-wide state; the one log capture (a global tracing subscriber) and a test that
-//! measures its own memory go through `common` (`common::logs`, `common::alone`).
+//! process-wide state. A test that installs the tracing subscriber (to read the log,
+//! `common::logs`) or measures its own memory runs in a process of its own (`run_alone!`,
+//! `common::alone`).
 
-// First, so that its macros (`both_backends!`) are in scope in every module below.
+// First, so that its macros (`both_backends!`, `run_alone!`) are in scope in every module
+// below.
 #[macro_use]
 mod common;
 

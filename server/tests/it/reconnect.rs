@@ -63,6 +63,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_answers_within_1s_of_each_of_five_broker_restarts() {
+    // Its log is printed (`--nocapture`) through a subscriber of its own process.
+    run_alone!(the_store_answers_within_1s_of_each_of_five_broker_restarts);
     logs::capture();
     let Some(mosquitto) = testing::mosquitto_or_skip("five_broker_restarts") else {
         return;
@@ -196,10 +198,14 @@ async fn takeover(backend: Backend, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_of_the_store_client_id_on_mosquitto_is_logged_and_costs_no_delay() {
+    // It reads the log, through a subscriber of its own process.
+    run_alone!(a_takeover_of_the_store_client_id_on_mosquitto_is_logged_and_costs_no_delay);
     takeover(Backend::Mosquitto, "takeover-mosquitto").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_of_the_store_client_id_on_the_embedded_broker_costs_no_delay() {
+    // It reads the log, through a subscriber of its own process.
+    run_alone!(a_takeover_of_the_store_client_id_on_the_embedded_broker_costs_no_delay);
     takeover(Backend::Embedded, "takeover-embedded").await;
 }

@@ -1,5 +1,6 @@
 //! Shared harness of the client's integration tests: a state store on the embedded broker or
-//! on Mosquitto, outages through the fault proxy of `mqstate-testing`, and the scenarios every backend runs.
+//! on Mosquitto, outages through the fault proxy of `mqstate-testing`, and the scenarios every backend runs;
+//! the shared vectors (`vectors`) and the proptest settings.
 
 #![allow(
     dead_code,
@@ -21,6 +22,8 @@ use mqstate::{
 use mqstate_testing::fault_proxy::FaultProxy;
 use mqstate_testing::{self as testing, TestStore};
 use tokio::task::JoinHandle;
+
+pub mod vectors;
 
 /// Bound on anything that must happen (generous: slowness is not a failure, a hang is).
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -785,5 +788,18 @@ impl Drop for TlsMosquitto {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The proptest settings of the property tests: `cases` inputs, and failures saved next to the
+/// test's file (`prop_hlc.rs` → `prop_hlc.proptest-regressions`, read back before new inputs).
+/// Proptest's default puts them under a `proptest-regressions/` beside the directory holding
+/// `main.rs`, which a test binary's `tests/it/main.rs` would make `tests/proptest-regressions/`.
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..proptest::test_runner::Config::with_cases(cases)
     }
 }

@@ -1,6 +1,8 @@
-//! A test that measures its own process (its resident memory) cannot share the process with
-//! the other tests of this binary: their allocations would count as its own. Such a test runs
-//! its body in a process of this binary started for it alone.
+//! A test that measures its own process (its resident memory) or sets what is process-wide
+//! (the tracing subscriber) cannot share the process with the other tests of this binary:
+//! their allocations would count as its own, or its subscriber would log (and slow) theirs.
+//! Such a test runs its body in a process of this binary started for it alone:
+//! `run_alone!(test_name)` first in its body.
 
 use std::process::Command;
 
@@ -12,7 +14,7 @@ const ALONE: &str = "MQSTATE_IT_ALONE";
 /// a new process of this binary, checks that it passed there and returns `true` (the caller
 /// returns); in that process returns `false` and the caller runs the body.
 pub fn in_own_process(name: &str) -> bool {
-    if std::env::var_os(ALONE).is_some() {
+    if is_alone() {
         return false;
     }
     // `module_path!()` starts with the crate's name, which test names leave out.
@@ -32,4 +34,20 @@ pub fn in_own_process(name: &str) -> bool {
         "{name} did not run in its own process"
     );
     true
+}
+
+/// Whether this process was started for one test.
+pub fn is_alone() -> bool {
+    std::env::var_os(ALONE).is_some()
+}
+
+/// First in a test that must run alone (see above): in a process of its own, it goes on; in
+/// the binary's process, it runs the test in a new process and returns.
+#[macro_export]
+macro_rules! run_alone {
+    ($test:ident) => {
+        if $crate::common::alone::in_own_process(concat!(module_path!(), "::", stringify!($test))) {
+            return;
+        }
+    };
 }

@@ -1,15 +1,15 @@
-//! The log of this test binary, for tests that check what the server logs.
+//! The log, for tests that check what the server logs.
 //!
-//! A tracing subscriber is process-wide and can be set once: with every test file in one
-//! binary, two tests installing their own (as `reconnect` and `iothub_rest` did when each was
-//! a binary) would leave the second reading an empty log. So there is one, installed by the
-//! first test that calls [`capture`]; from then on it receives the lines of every test of the
-//! binary, and a test picks its own out by something only it logs (a client id, a marker).
+//! A tracing subscriber is process-wide and can be set once. In the binary's process it would
+//! take the lines of every test running beside it, and slow them (a test comparing GET
+//! latencies before and during a flood of refused SUBSCRIBEs failed when the flooder's
+//! warnings went through it); two tests installing their own would leave the second reading
+//! an empty log. So a test that reads the log runs alone (`run_alone!`) and installs it there.
 
 use std::io::Write;
 use std::sync::{Mutex, PoisonError};
 
-/// Everything logged since [`capture`] was first called.
+/// Everything logged since [`capture`] was called.
 static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
 /// Keeps the lines in [`LOG`] and prints them through `eprint!`, which the test harness
@@ -29,9 +29,13 @@ impl Write for Capture {
     }
 }
 
-/// Installs the binary's subscriber (info level, no colours: what `mqstate serve` writes),
-/// once; later calls do nothing.
+/// Installs the process's subscriber (info level, no colours: what `mqstate serve` writes),
+/// in a process started for one test.
 pub fn capture() {
+    assert!(
+        super::alone::is_alone(),
+        "a test that captures the log runs alone (run_alone!)"
+    );
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
         .with_ansi(false)

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+#[macro_use]
 pub mod alone;
 pub mod hub;
 pub mod logs;
