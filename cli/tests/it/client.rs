@@ -1,13 +1,6 @@
 //! The client subcommands as a user runs them: the real `mqstate` binary (through
 //! `assert_cmd`) against a real local state store on a free loopback port.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

@@ -1,13 +1,6 @@
 //! `mqstate serve` with its local IoT Hub as a process, driven by `mqstate iothub ...` (the
 //! admin API over HTTP) on one side and rumqttc's MQTT 3.1.1 client as the device on the other.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

@@ -2,13 +2,6 @@
 //! service sends C2D messages and a device completes them (the 30-kill run is
 //! `scripts/iothub-crash-test`; the harness is `tests/it/support/iothub_crash.rs`).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use crate::support::iothub_crash as support;

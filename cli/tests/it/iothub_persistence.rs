@@ -3,13 +3,6 @@
 //! messages with every property, a locked message (redelivered with its delivery count up),
 //! pending and locked feedback, and a completed message (not delivered again).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -3,13 +3,6 @@
 //! are gone, fencing tokens still reject a stale writer, `--persist requested` keeps only keys
 //! SET with `persist`, and a bad data dir is a clear error naming the file.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,13 +1,6 @@
 //! `mqstate serve` security flags and `mqstate passwd` as processes: an open non-loopback
 //! bind is refused with the reason, `passwd` writes an entry the server then accepts.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 

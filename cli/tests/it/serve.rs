@@ -1,13 +1,6 @@
 //! `mqstate serve` as a process: it answers a raw MQTT5 request, then stops cleanly on SIGINT
 //! (Ctrl-C). Once with the embedded broker, once attached to Mosquitto.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

@@ -1,13 +1,6 @@
 //! The blocking client from 8 threads at once, its observation iterator with a timeout, and
 //! its use from inside an async runtime's thread (no panic).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use mqstate::blocking::Client;

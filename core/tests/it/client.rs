@@ -8,13 +8,6 @@
 //! The Mosquitto runs are skipped (with a printed line) when Mosquitto is not installed,
 //! unless `MQSTATE_REQUIRE_MOSQUITTO=1`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common::bounded;
 
 /// One test module per scenario, with a test per broker. `&` scenarios borrow the

@@ -3,13 +3,6 @@
 //! authentication (`K8S-SAT`), the password from its file, both re-read on reconnect, and
 //! the response and notification subscriptions.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use mqstate::{Client, ConnectOptions, ConnectionState, ReconnectPolicy};

@@ -4,13 +4,7 @@
 //! bytes with valid RESP3 frames that are truncated, extended or have a byte flipped (random
 //! bytes alone rarely get past the first type byte).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    dead_code
-)]
+#![allow(dead_code)]
 
 #[path = "../../fuzz/checks.rs"]
 mod checks;

@@ -1,8 +1,6 @@
 //! The IoT Hub device client against the local IoT Hub (mqstate-server's `iothub`), over
 //! loopback TCP, with shortened lock timeouts and token lifetimes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
-
 use std::time::Duration;
 
 use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry};

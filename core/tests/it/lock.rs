@@ -1,10 +1,4 @@
 //! Leases, locks and leader election against the local server (embedded broker).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::time::{Duration, Instant};
 

@@ -6,6 +6,14 @@
 //! Tests of one binary share a process: none may set environment variables or other
 //! process-wide state, and helpers live once, in `common`.
 
+// A test fails by panicking; these lints are for the libraries.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 mod blocking;
 mod client;
 mod common;

@@ -1,12 +1,6 @@
 //! Property tests for HLC values and clocks, hex, and the notification topics: formatting then
 //! parsing is the identity, the order is the protocol's, merges always move forward, and no
 //! input makes a parser panic.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::cmp::Ordering;
 use std::sync::Arc;

@@ -1,11 +1,5 @@
 //! Property tests: whatever the key and value bytes, encoding then decoding is the identity,
 //! and no input makes a decoder panic.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use bytes::{Bytes, BytesMut};
 use mqstate::protocol::resp3::{self, NotifyOperation, Reply, Request, SetCondition};

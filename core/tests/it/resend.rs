@@ -13,13 +13,6 @@
 //! Skipped (with a printed line) when Mosquitto is not installed, unless
 //! `MQSTATE_REQUIRE_MOSQUITTO=1`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,13 +5,6 @@
 //! the change made while it was away, synthesized from the catch-up GET; requests in flight
 //! or sent during the outage complete after the reconnect or fail with a clear error.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use crate::common::{WAIT, bounded, cut, key, next, proxy, restore, spawn_requests, wait_state};

@@ -1,12 +1,6 @@
 //! Runs the behaviour scenarios shared by every language (`tests/scenarios/*.json`, format in
 //! `tests/scenarios/README.md`) against a real local state store. The C, Python and Node
 //! suites run the same files; a step type or field this runner does not know fails it.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener};

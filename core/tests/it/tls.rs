@@ -6,13 +6,6 @@
 //! Skipped (with a printed line) when Mosquitto is not installed, unless
 //! `MQSTATE_REQUIRE_MOSQUITTO=1`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common::{TlsMosquitto, bounded, key, make_tls_files, next};
 use mqstate::{Client, ConnectOptions, ErrorKind, SetOptions, TlsOptions};
 use mqstate_server::{LocalServer, ServerConfig};

@@ -1,11 +1,5 @@
 //! Runs the shared HLC vectors (`tests/vectors/hlc.json`), which the C, Python and Node
 //! suites read too.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,11 +1,5 @@
 //! Runs the shared RESP3 test vectors (`tests/vectors/*.json`), which the C, Python and
 //! Node suites read too.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use bytes::{Bytes, BytesMut};
 use mqstate::protocol::resp3::{

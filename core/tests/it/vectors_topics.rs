@@ -1,11 +1,5 @@
 //! Runs the shared topic vectors (`tests/vectors/topics.json`), which the C, Python and Node
 //! suites read too.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use mqstate::protocol::topics::{self, TopicError};
 use serde_json::Value;

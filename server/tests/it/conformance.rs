@@ -3,13 +3,6 @@
 //! is checked byte for byte with its properties (`__stat`, `__protVer`, `__ts`, correlation
 //! data, content type). Every scenario runs against the embedded broker and against Mosquitto.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use crate::common::{self, Backend, Harness, Req, WAIT, resp};

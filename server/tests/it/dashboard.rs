@@ -3,12 +3,6 @@
 //! read-only default. (The page itself is tested in Chromium: `scripts/test-dashboard`.)
 
 // Helpers outside #[test] functions panic on purpose too: that is a test failure.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

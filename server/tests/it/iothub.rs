@@ -3,13 +3,6 @@
 //! so that a PUBACK is sent only when the test says so), and its service side in process or
 //! over HTTP. Timeouts are shortened through `IotHubConfig`; every wait is generous.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

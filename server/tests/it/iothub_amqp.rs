@@ -4,13 +4,6 @@
 //! rejections the SDKs turn into their errors, refused attaches, expiring tokens, and feedback
 //! on `/messages/serviceBound/feedback` (completed, or released and received again).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;

@@ -4,13 +4,6 @@
 //! released, a sender link on `/devices/{id}/messages/events`, and the one-connection-per-device
 //! rule across MQTT and AMQP.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

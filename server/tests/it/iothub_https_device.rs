@@ -4,13 +4,6 @@
 //! complete, reject and abandon by ETag with their feedback, stale ETags (412), telemetry
 //! and telemetry batches, and the device-token checks (401).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::{Duration, SystemTime};
 
 use hyper::{Method, StatusCode};

@@ -3,13 +3,6 @@
 //! it was; a graceful restart keeps the registry, the queues and the feedback; without a data
 //! dir nothing is written.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::Duration;
 
 use mqstate_server::iothub::{

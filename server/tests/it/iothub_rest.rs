@@ -4,13 +4,6 @@
 //! ETag, list, delete, purge, statistics, the error bodies the SDKs turn into their errors,
 //! service token checks, and durability (old device records still load).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::{Duration, SystemTime};
 
 use hyper::{HeaderMap, Method, StatusCode};

@@ -8,6 +8,14 @@
 //! `common::logs`) or measures its own memory runs in a process of its own (`run_alone!`,
 //! `common::alone`).
 
+// A test fails by panicking; these lints are for the libraries.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 // First, so that its macros (`both_backends!`, `run_alone!`) are in scope in every module
 // below.
 #[macro_use]

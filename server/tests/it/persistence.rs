@@ -3,13 +3,6 @@
 //! request of a burst, and the server's clock never goes below stored versions when the wall
 //! clock went backwards across a restart.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

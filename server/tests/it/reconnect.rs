@@ -8,13 +8,6 @@
 //!
 //! Figures are printed (`--nocapture`); the only bound asserted is the 1 s.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::time::{Duration, Instant};
 
 use crate::common::{RawClient, Req, logs, resp};

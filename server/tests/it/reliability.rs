@@ -8,13 +8,6 @@
 //!   CONNACK / SUBACK / PUBACK. Every request ends with an answer or a typed error, and the
 //!   client works again once the fault is gone.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -3,13 +3,6 @@
 //! as untrusted input, and a scan that goes on across a restart on the same data dir. The
 //! client-side API is tested by every language's suite and by the shared scenarios.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -6,13 +6,6 @@
 //! A CA, a second (wrong) CA, a server certificate and a client certificate are generated
 //! in each test with rcgen.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -2,13 +2,7 @@
 //! on Mosquitto, outages through the fault proxy of `mqstate-testing`, and the scenarios every backend runs;
 //! the shared vectors (`vectors`) and the proptest settings.
 
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -793,8 +787,8 @@ impl Drop for TlsMosquitto {
 
 /// The proptest settings of the property tests: `cases` inputs, and failures saved next to the
 /// test's file (`prop_hlc.rs` → `prop_hlc.proptest-regressions`, read back before new inputs).
-/// Proptest's default puts them under a `proptest-regressions/` beside the directory holding
-/// `main.rs`, which a test binary's `tests/it/main.rs` would make `tests/proptest-regressions/`.
+/// Proptest's default puts them in a directory named so beside the one holding `main.rs`
+/// (here `core/tests`), where nobody would look for them.
 pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
     proptest::test_runner::Config {
         failure_persistence: Some(Box::new(
