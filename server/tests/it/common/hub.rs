@@ -2,6 +2,8 @@
 //! files that each had their own copy): an HTTPS client for the REST and device HTTPS APIs,
 //! and the TLS stream under an AMQP connection.
 
+use std::net::SocketAddr;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Method, Request, StatusCode};
@@ -9,7 +11,6 @@ use hyper_util::rt::TokioIo;
 use mqstate_server::iothub::IotHub;
 use rustls::pki_types::ServerName;
 use serde_json::Value;
-use std::net::SocketAddr;
 
 /// The API version every call of the SDKs carries.
 pub const API: &str = "api-version=2021-04-12";
