@@ -3,8 +3,8 @@
 //! is killed with SIGKILL at random moments (30 times by default) and restarted on the same
 //! data dir. Every acknowledged send must be delivered or accounted for in feedback (or still
 //! queued), none delivered after the service received its Success feedback, and the registry
-//! and keys must survive every restart. The harness is `cli/tests/support/iothub_crash.rs`
-//! (`cli/tests/iothub_crash.rs` runs it with 5 kills in the test command).
+//! and keys must survive every restart. The harness is `cli/tests/it/support/iothub_crash.rs`
+//! (`cli/tests/it/iothub_crash.rs` runs it with 5 kills in the test command).
 //!
 //! Run it with `scripts/iothub-crash-test` (it builds the release binary first), or:
 //!
@@ -26,7 +26,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[path = "../tests/support/iothub_crash.rs"]
+#[path = "../tests/it/support/iothub_crash.rs"]
 mod harness;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! The checks of the fuzz targets, shared by `cargo fuzz` (nightly, `fuzz_targets/`) and by
-//! the stable test suite (`core/tests/fuzz_decoders.rs`, a proptest-driven run of the same
+//! the stable test suite (`core/tests/it/fuzz_decoders.rs`, a proptest-driven run of the same
 //! checks for a fixed number of inputs), so that both exercise exactly the same code.
 //! Each function panics (the finding) if a decoder misbehaves on `data`.
 

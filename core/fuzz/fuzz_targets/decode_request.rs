@@ -1,6 +1,6 @@
 #![no_main]
 //! `checks::decode_request` on arbitrary bytes (the same check runs on stable in
-//! `core/tests/fuzz_decoders.rs`).
+//! `core/tests/it/fuzz_decoders.rs`).
 
 use libfuzzer_sys::fuzz_target;
 

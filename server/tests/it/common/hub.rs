@@ -1,0 +1,124 @@
+//! Clients of the local hub's TLS endpoints as the tests drive them (one definition for the
+//! files that each had their own copy): an HTTPS client for the REST and device HTTPS APIs,
+//! and the TLS stream under an AMQP connection.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{HeaderMap, Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use mqstate_server::iothub::IotHub;
+use rustls::pki_types::ServerName;
+use serde_json::Value;
+
+/// The API version every call of the SDKs carries.
+pub const API: &str = "api-version=2021-04-12";
+/// Device keys (base64) the SDK-like tests register.
+pub const KEY1: &str = "AAECAwQFBgcICQoLDA0ODw==";
+pub const KEY2: &str = "EBESExQVFhcYGRobHB0eHw==";
+
+/// An HTTPS client of the hub that trusts its generated certificate; one connection per call.
+pub struct Https {
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn error_code(&self) -> String {
+        error_code(&self.json())
+    }
+}
+
+/// The IoT Hub error code in an error body's `Message` ("ErrorCode:{code};{text}"), as Node
+/// parses it.
+pub fn error_code(body: &Value) -> String {
+    let message = body["Message"].as_str().unwrap_or_default();
+    message
+        .split(';')
+        .next()
+        .and_then(|p| p.split(':').nth(1))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+impl Https {
+    pub fn new(hub: &IotHub) -> Https {
+        let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
+        let pem = hub.ca_certificate_pem().expect("a generated certificate");
+        let connector = mqstate_testing::tls::connector(&pem);
+        Https {
+            addr,
+            tls: connector,
+        }
+    }
+
+    /// Sends one request with `Host: localhost` and `headers` (in that order).
+    pub async fn call(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let stream = self.tls.connect(name, tcp).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(hyper::header::HOST, "localhost");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = sender
+            .send_request(
+                request
+                    .body(Full::new(Bytes::copy_from_slice(body)))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// A TLS connection to the hub's AMQP endpoint, trusting the hub's certificate (Nagle off, so
+/// that small frames are not held back).
+pub async fn amqp_tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let addr = hub.endpoints().amqp_endpoint.expect("the AMQP endpoint");
+    let pem = hub.ca_certificate_pem().expect("a generated certificate");
+    let connector = mqstate_testing::tls::connector(&pem);
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    connector
+        .connect(mqstate_testing::tls::localhost(), tcp)
+        .await
+        .unwrap()
+}
