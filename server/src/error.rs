@@ -1,4 +1,12 @@
-//! The server's error type.
+//! The server's error type, [`ServerError`]: what `LocalServer::start_with` and the other
+//! entry points return. Each layer below has its own error (the broker's [`BrokerError`], the
+//! store's [`ConnectError`], the hub's [`IotHubError`]) and is converted here once; every
+//! variant keeps its cause as [`std::error::Error::source`], and its message (one line, what
+//! `mqstate serve` prints and the tests read) still names the cause's text.
+
+use crate::broker::BrokerError;
+use crate::iothub::IotHubError;
+use crate::statestore::ConnectError;
 
 /// Why the server (or a test helper) could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -6,13 +14,13 @@
 pub enum ServerError {
     /// The embedded broker could not be started.
     #[error("embedded broker: {0}")]
-    Broker(String),
-    /// A setting is invalid (a malformed broker URL...).
+    Broker(#[source] BrokerError),
+    /// A setting is invalid (a malformed broker URL, an unreadable rule file...).
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[source] ConfigError),
     /// The state store could not connect to the broker or subscribe to the request topic.
     #[error("state store client: {0}")]
-    Client(String),
+    Client(#[source] ConnectError),
     /// An I/O error (binding a port, starting a process...).
     #[error("{context}: {source}")]
     Io {
@@ -24,7 +32,7 @@ pub enum ServerError {
     },
     /// The local IoT Hub could not start.
     #[error("IoT Hub: {0}")]
-    IotHub(crate::iothub::IotHubError),
+    IotHub(#[source] IotHubError),
     /// The `mosquitto` binary is not installed (test helper).
     #[error(
         "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
@@ -43,13 +51,31 @@ pub enum ServerError {
     MosquittoFailed(String),
 }
 
-impl From<crate::iothub::IotHubError> for ServerError {
+impl From<IotHubError> for ServerError {
     /// The hub's data dir errors are data dir errors, like the store's.
-    fn from(e: crate::iothub::IotHubError) -> Self {
+    fn from(e: IotHubError) -> Self {
         match e {
-            crate::iothub::IotHubError::DataDir(text) => ServerError::DataDir(text),
+            IotHubError::DataDir(text) => ServerError::DataDir(text),
             other => ServerError::IotHub(other),
         }
+    }
+}
+
+impl From<BrokerError> for ServerError {
+    fn from(e: BrokerError) -> Self {
+        ServerError::Broker(e)
+    }
+}
+
+impl From<ConnectError> for ServerError {
+    fn from(e: ConnectError) -> Self {
+        ServerError::Client(e)
+    }
+}
+
+impl From<ConfigError> for ServerError {
+    fn from(e: ConfigError) -> Self {
+        ServerError::Config(e)
     }
 }
 
@@ -65,5 +91,74 @@ impl ServerError {
             context: context.into(),
             source,
         }
+    }
+
+    /// An invalid setting with no cause beyond `message` (an empty password, a bind address
+    /// the security settings forbid...).
+    pub fn config(message: impl Into<String>) -> Self {
+        ServerError::Config(ConfigError::new(message))
+    }
+
+    /// An invalid setting found while doing `context` ("rule file x.acl"), because of `cause`
+    /// (kept as the error's source).
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    /// let e = mqstate_server::ServerError::config_caused("rule file a.acl", "line 3: no topic");
+    /// assert_eq!(e.to_string(), "invalid configuration: rule file a.acl: line 3: no topic");
+    /// assert!(e.source().and_then(|c| c.source()).is_some());
+    /// ```
+    pub fn config_caused(
+        context: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ServerError::Config(ConfigError::caused(context, cause))
+    }
+}
+
+/// An invalid setting: what was wrong (or what was being read), and the error that said so
+/// when there is one (a TLS file the TLS library rejected, a rule file's parse error...).
+/// Displayed as `context: cause`.
+#[derive(Debug)]
+pub struct ConfigError {
+    context: String,
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ConfigError {
+    /// An invalid setting, explained by `message` alone.
+    pub fn new(message: impl Into<String>) -> Self {
+        ConfigError {
+            context: message.into(),
+            cause: None,
+        }
+    }
+
+    /// An invalid setting found while doing `context`, because of `cause`.
+    pub fn caused(
+        context: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        ConfigError {
+            context: context.into(),
+            cause: Some(cause.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cause {
+            Some(cause) => write!(f, "{}: {cause}", self.context),
+            None => f.write_str(&self.context),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
     }
 }

@@ -53,7 +53,5 @@ pub mod untrusted;
 pub mod web;
 
 pub use error::ServerError;
-pub use local_server::{
-    BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
-    parse_broker_url,
-};
+pub use local_server::{BrokerChoice, DEFAULT_PORT, LocalServer, ServerConfig, parse_broker_url};
+pub use statestore::service::DEFAULT_MAX_PACKET_SIZE;

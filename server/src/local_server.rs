@@ -15,13 +15,12 @@ use crate::security::{AccessControl, SecurityConfig};
 use crate::statestore::dedup::DedupLimits;
 use crate::statestore::handler::{DEFAULT_NODE_ID, HandlerConfig};
 use crate::statestore::reconnect::StoreReconnect;
-use crate::statestore::service::{MQTT_MAX_PACKET_SIZE, Service, ServiceConfig};
+use crate::statestore::service::{
+    DEFAULT_MAX_PACKET_SIZE, MQTT_MAX_PACKET_SIZE, Service, ServiceConfig,
+};
 
 /// The port `mqstate serve` listens on by default (the MQTT port).
 pub const DEFAULT_PORT: u16 = 1883;
-
-/// The default maximum MQTT packet size: 16 MiB, room for values of 10 MiB and more.
-pub const DEFAULT_MAX_PACKET_SIZE: u32 = 16 * 1024 * 1024;
 
 /// Which broker the state store attaches to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +184,7 @@ impl ServerConfig {
     #[cfg(feature = "client")]
     pub fn attach(url: &str) -> Result<Self, ServerError> {
         let options = mqstate::ConnectOptions::from_url(url)
-            .map_err(|e| ServerError::Config(format!("broker URL {url:?}: {e}")))?;
+            .map_err(|e| ServerError::config_caused(format!("broker URL {url:?}"), e))?;
         Ok(ServerConfig {
             broker: BrokerChoice::External {
                 host: options.host.clone(),
@@ -285,7 +284,7 @@ async fn start_hub(
 /// assert!(parse_broker_url("mqtts://h:8883").is_err());
 /// ```
 pub fn parse_broker_url(url: &str) -> Result<(String, u16), ServerError> {
-    let bad = |why: &str| ServerError::Config(format!("broker URL {url:?}: {why}"));
+    let bad = |why: &str| ServerError::config(format!("broker URL {url:?}: {why}"));
     let rest = if let Some((scheme, rest)) = url.split_once("://") {
         if !matches!(scheme, "mqtt" | "tcp") {
             return Err(bad("only mqtt:// (plain TCP) is supported"));
@@ -354,18 +353,21 @@ impl LocalServer {
     /// Starts with the given settings; returns once the store answers requests.
     pub async fn start_with(config: ServerConfig) -> Result<LocalServer, ServerError> {
         config.reconnect.check()?;
+        // The dashboard observes the store through the store's own observer trait.
+        let monitor = config.dashboard.map(|_| crate::dashboard::Monitor::new());
         let handler = HandlerConfig {
             max_keys: config.max_keys,
             node_id: config.node_id.clone(),
             max_drift: config.max_drift,
             wall_clock: config.wall_clock.clone(),
             complete_connection_events: matches!(config.broker, BrokerChoice::Embedded),
-            monitor: config.dashboard.map(|_| crate::dashboard::Monitor::new()),
+            observer: monitor
+                .clone()
+                .map(|m| Arc::new(m) as Arc<dyn crate::statestore::observer::StoreObserver>),
             scan_limits: crate::statestore::scan::limits_for_packet(
                 usize::try_from(config.max_packet_size).unwrap_or(usize::MAX),
             ),
         };
-        let monitor = handler.monitor.clone();
         let mut service_config = ServiceConfig::new(String::new(), 0);
         if let Some(id) = &config.client_id {
             service_config.client_id.clone_from(id);
@@ -417,8 +419,8 @@ impl LocalServer {
                     broker_security.access = Some(access);
                     store_credentials = Some((crate::security::STORE_USER.to_owned(), password));
                 } else if security.rules_file.is_some() {
-                    return Err(ServerError::Config(
-                        "a rule file needs authentication (a password file or a SAT file)".into(),
+                    return Err(ServerError::config(
+                        "a rule file needs authentication (a password file or a SAT file)",
                     ));
                 }
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -679,7 +681,7 @@ fn apply_attach_options(
     service: &mut ServiceConfig,
     options: &mqstate::ConnectOptions,
 ) -> Result<(), ServerError> {
-    let client = |e: mqstate::Error| ServerError::Config(format!("attaching to the broker: {e}"));
+    let client = |e: mqstate::Error| ServerError::config_caused("attaching to the broker", e);
     if let Some(tls) = &options.tls {
         service.tls = Some(tls.client_config().map_err(client)?);
     }

@@ -1091,7 +1091,7 @@ async fn logins_beyond_a_users_cap_end_only_that_users_oldest_session() {
 async fn the_web_surfaces_bound_bodies_heads_and_token_lifetimes() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (server, admin) = start_feedback(None).await;
-    let limit = mqstate_server::iothub::http::body_limit(64 * 1024);
+    let limit = mqstate_server::iothub::admin::body_limit(64 * 1024);
     let json_type = ("content-type", "application/json");
     // The largest legitimate message, every byte escaped in JSON: accepted.
     let escaped = "\\u0001".repeat(64 * 1024);

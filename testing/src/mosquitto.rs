@@ -452,8 +452,7 @@ impl SecuredFiles {
             .prefix("mqstate-secured-")
             .tempdir()
             .map_err(|e| ServerError::io("creating a temporary directory", e))?;
-        let gen_err =
-            |e: rcgen::Error| ServerError::Config(format!("generating certificates: {e}"));
+        let gen_err = |e: rcgen::Error| ServerError::config_caused("generating certificates", e);
         let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

@@ -9,8 +9,10 @@
 //! script and its style are embedded in the binary (`assets/`): no framework, nothing
 //! fetched at run time. Read-only unless [`DashboardConfig::edit`] is set.
 //!
-//! - [`Monitor`]: the store's hook; the [`Handler`](crate::statestore::handler::Handler) calls it on every
-//!   change when `HandlerConfig::monitor` is set.
+//! - [`Monitor`]: the store's observer
+//!   ([`StoreObserver`](crate::statestore::observer::StoreObserver)); the
+//!   [`Handler`](crate::statestore::handler::Handler) calls it on every change when
+//!   `HandlerConfig::observer` is set.
 //! - [`routes`]: the HTTP routes, documented in `docs/dashboard.md`.
 //! - [`DashboardServer`]: the dashboard's own HTTP server, when the hub is off.
 //!
@@ -35,7 +37,7 @@ mod standalone;
 
 pub use monitor::{
     Change, ChangeKind, ClientView, KeyView, KeysPage, LeaseView, METRICS_WINDOW_SECS, MetricsView,
-    Monitor, QueryError, StoreQuery, display,
+    Monitor, QueryError, display,
 };
 pub use standalone::DashboardServer;
 

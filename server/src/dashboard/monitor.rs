@@ -1,11 +1,12 @@
-//! The dashboard's view of the store: a hook the [`Handler`](crate::statestore::handler::Handler) calls on
-//! every change (SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), the leases
+//! The dashboard's view of the store: the store's observer
+//! ([`StoreObserver`], which the [`Handler`](crate::statestore::handler::Handler) calls on
+//! every change: SET, DEL/VDEL, expiry, connections, KEYNOTIFY, request timings), the leases
 //! and locks, a feed of changes for server-sent events, per-second request counts and
 //! latencies for the chart, and the way the key table reads the store.
 //!
 //! The handler owns the store and runs on one task; the dashboard's HTTP handlers run on
 //! others. The key table reads the store itself, a page at a time: the HTTP handler sends a
-//! [`StoreQuery`] to the store's task, which answers it between two requests from the store
+//! [`KeyQuery`] to the store's task, which answers it between two requests from the store
 //! with the same scan as `SCAN` ([`crate::statestore::scan`]). So the dashboard keeps no copy of the keys
 //! (it once did: 500 bytes per key, more than the store itself); what it keeps is small and
 //! bounded by activity, not by the store's size: the leases (keys last set with `NEX` and
@@ -31,6 +32,7 @@ use mqstate::Hlc;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use crate::statestore::observer::{KeyPage, KeyQuery, Removal, StoreObserver};
 use crate::statestore::store::Entry;
 
 /// How many changes the page gets when it (re)connects, and how many a slow page may lag.
@@ -144,24 +146,6 @@ pub struct KeysPage {
     pub count: usize,
 }
 
-/// A question of the dashboard's HTTP side to the store's task, which owns the store
-/// ([`Monitor::keys_page`], [`Monitor::key_count`]).
-#[derive(Debug)]
-pub enum StoreQuery {
-    /// A page of the keys matching `pattern`, after `token` (a `SCAN` continuation token).
-    Keys {
-        /// The glob pattern.
-        pattern: Bytes,
-        /// Where to go on from (`None`: the first page).
-        token: Option<Bytes>,
-        /// Where the answer goes: the page, or the error text (a malformed pattern, a bad
-        /// token).
-        reply: oneshot::Sender<Result<KeysPage, String>>,
-    },
-    /// How many keys the store holds.
-    Count(oneshot::Sender<usize>),
-}
-
 /// Why a key-table query got no page.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
@@ -251,9 +235,10 @@ struct Inner {
     state: Mutex<State>,
     feed: broadcast::Sender<Change>,
     started: Instant,
-    queries: mpsc::Sender<StoreQuery>,
-    /// The receiving end, until the store's task takes it ([`Monitor::take_queries`]).
-    query_receiver: Mutex<Option<mpsc::Receiver<StoreQuery>>>,
+    queries: mpsc::Sender<KeyQuery>,
+    /// The receiving end, until the store's task takes it
+    /// ([`StoreObserver::take_queries`]).
+    query_receiver: Mutex<Option<mpsc::Receiver<KeyQuery>>>,
 }
 
 /// The store hook of the dashboard; cheap to clone. See the docs of the (private)
@@ -270,7 +255,7 @@ impl Default for Monitor {
 }
 
 impl Monitor {
-    /// An empty monitor (attach it with `HandlerConfig::monitor`).
+    /// An empty monitor (attach it with `HandlerConfig::observer`).
     pub fn new() -> Monitor {
         let (feed, _) = broadcast::channel(FEED_BACKLOG);
         let (queries, query_receiver) = mpsc::channel(QUERY_BACKLOG);
@@ -298,15 +283,6 @@ impl Monitor {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The store's task takes the key-table queries here, once (`None` after that).
-    pub fn take_queries(&self) -> Option<mpsc::Receiver<StoreQuery>> {
-        self.inner
-            .query_receiver
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
     }
 
     /// Whether the key's last SET was `NEX` with `PX` (a lease or lock).
@@ -471,7 +447,7 @@ impl Monitor {
     /// How many keys the store holds, asked of the store's task.
     pub async fn key_count(&self) -> Result<usize, QueryError> {
         let (reply, answer) = oneshot::channel();
-        self.ask(StoreQuery::Count(reply), answer).await
+        self.ask(KeyQuery::Count(reply), answer).await
     }
 
     /// One page of the keys matching the glob `pattern`, read from the store by the store's
@@ -482,19 +458,34 @@ impl Monitor {
         token: Option<Bytes>,
     ) -> Result<KeysPage, QueryError> {
         let (reply, answer) = oneshot::channel();
-        let query = StoreQuery::Keys {
+        let query = KeyQuery::Keys {
             pattern,
             token,
             reply,
         };
-        self.ask(query, answer).await?.map_err(QueryError::Invalid)
+        let page = self
+            .ask(query, answer)
+            .await?
+            .map_err(QueryError::Invalid)?;
+        Ok(self.keys_page_view(page))
     }
 
-    async fn ask<T>(
-        &self,
-        query: StoreQuery,
-        answer: oneshot::Receiver<T>,
-    ) -> Result<T, QueryError> {
+    /// The key table's view of a page read from the store: previews of the values, the
+    /// leases marked.
+    fn keys_page_view(&self, page: KeyPage) -> KeysPage {
+        let keys = page
+            .keys
+            .iter()
+            .map(|(key, entry)| KeyView::of(key, entry, self.is_lease(key), page.read_at))
+            .collect();
+        KeysPage {
+            keys,
+            next: page.next.map(|t| mqstate::protocol::topics::hex_encode(&t)),
+            count: page.count,
+        }
+    }
+
+    async fn ask<T>(&self, query: KeyQuery, answer: oneshot::Receiver<T>) -> Result<T, QueryError> {
         self.inner.queries.try_send(query).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
                 QueryError::Unavailable("too many dashboard queries are waiting")
@@ -570,6 +561,45 @@ impl Monitor {
             p99_micros,
             total_requests: state.total_requests,
         }
+    }
+}
+
+/// The store tells the dashboard what happens through this.
+impl StoreObserver for Monitor {
+    fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
+        Monitor::key_set(self, key, entry, lease);
+    }
+
+    fn key_removed(&self, key: &Bytes, removal: Removal<'_>) {
+        match removal {
+            Removal::Deleted(version) => self.key_deleted(key, Some(version), ChangeKind::Delete),
+            Removal::Expired => self.key_deleted(key, None, ChangeKind::Expire),
+        }
+    }
+
+    fn client_connected(&self, client_id: &str) {
+        Monitor::client_connected(self, client_id);
+    }
+
+    fn client_disconnected(&self, client_id: &str) {
+        Monitor::client_disconnected(self, client_id);
+    }
+
+    fn keynotify(&self, client_id: &str, key: &Bytes, observing: bool) {
+        Monitor::keynotify(self, client_id, key, observing);
+    }
+
+    fn request_handled(&self, took: Duration) {
+        Monitor::request_handled(self, took);
+    }
+
+    /// The key table's queries, taken once by the store's task (`None` after that).
+    fn take_queries(&self) -> Option<mpsc::Receiver<KeyQuery>> {
+        self.inner
+            .query_receiver
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -19,7 +19,7 @@ use {std::sync::Arc, tokio::sync::OnceCell};
 
 use super::monitor::{Monitor, QueryError};
 use crate::iothub::IotHub;
-use crate::iothub::http::SendRequest;
+use crate::iothub::admin::SendRequest;
 use bytes::Bytes;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");

@@ -116,7 +116,7 @@ impl SecurityConfig {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to listen on {bind} without {}: anyone on the network could read and \
              change every key and read other clients' responses; add them, or pass --insecure \
              to accept that",
@@ -133,7 +133,7 @@ pub(crate) fn random_secret(what: &str) -> Result<String, ServerError> {
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
-        .map_err(|_| ServerError::Config(format!("no randomness from the OS for {what}")))?;
+        .map_err(|_| ServerError::config(format!("no randomness from the OS for {what}")))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
@@ -146,7 +146,7 @@ impl SecurityConfig {
         if hub.bind.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to run the local IoT Hub on {}: its admin API speaks plain HTTP, so its \
              access token, device keys and key values would cross the network unencrypted; \
              bind it to 127.0.0.1 (and publish it through a TLS reverse proxy), pass \
@@ -163,7 +163,7 @@ impl SecurityConfig {
         if ip.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to serve the dashboard on {ip}: it speaks plain HTTP, so its access token \
              and every key and value would cross the network unencrypted; bind it to 127.0.0.1 \
              (--iothub-bind), pass --no-dashboard, or pass --insecure to accept that (it still \

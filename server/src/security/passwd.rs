@@ -15,7 +15,7 @@ use crate::error::ServerError;
 /// ```
 pub fn hash_password(password: &str) -> Result<String, ServerError> {
     PasswordAuthProvider::hash_password(password)
-        .map_err(|e| ServerError::Config(format!("cannot hash the password: {e}")))
+        .map_err(|e| ServerError::config_caused("cannot hash the password", e))
 }
 
 /// Adds `user` to the password file at `path` (created if missing, readable and writable by
@@ -31,12 +31,12 @@ pub fn hash_password(password: &str) -> Result<String, ServerError> {
 /// ```
 pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), ServerError> {
     if user.is_empty() || user.contains(':') || user.chars().any(char::is_whitespace) {
-        return Err(ServerError::Config(format!(
+        return Err(ServerError::config(format!(
             "user name {user:?}: must be non-empty, without ':' or spaces"
         )));
     }
     if password.is_empty() {
-        return Err(ServerError::Config("the password is empty".into()));
+        return Err(ServerError::config("the password is empty"));
     }
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => text,

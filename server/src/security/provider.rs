@@ -172,10 +172,10 @@ impl AccessControl {
         let passwords = match &config.password_file {
             Some(path) => {
                 let p = PasswordAuthProvider::from_file(path).await.map_err(|e| {
-                    ServerError::Config(format!("password file {}: {e}", path.display()))
+                    ServerError::config_caused(format!("password file {}", path.display()), e)
                 })?;
                 if p.has_user(STORE_USER) {
-                    return Err(ServerError::Config(format!(
+                    return Err(ServerError::config(format!(
                         "password file {}: the user name {STORE_USER} is reserved",
                         path.display()
                     )));
@@ -186,7 +186,7 @@ impl AccessControl {
         };
         passwords
             .add_user(STORE_USER.to_owned(), store_password)
-            .map_err(|e| ServerError::Config(format!("cannot hash the store's password: {e}")))?;
+            .map_err(|e| ServerError::config_caused("cannot hash the store's password", e))?;
         for file in [&config.password_file, &config.sat_file]
             .into_iter()
             .flatten()

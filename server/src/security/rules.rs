@@ -64,7 +64,7 @@ impl RuleSet {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::io(format!("reading the rule file {}", path.display()), e))?;
         RuleSet::parse(&text)
-            .map_err(|e| ServerError::Config(format!("rule file {}: {e}", path.display())))
+            .map_err(|e| ServerError::config_caused(format!("rule file {}", path.display()), e))
     }
 
     /// Parses a rule file's text.

@@ -29,7 +29,7 @@ impl TokenSet {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::io(format!("reading the SAT file {}", path.display()), e))?;
         TokenSet::parse(&text)
-            .map_err(|e| ServerError::Config(format!("SAT file {}: {e}", path.display())))
+            .map_err(|e| ServerError::config_caused(format!("SAT file {}", path.display()), e))
     }
 
     /// Parses the token file's text.

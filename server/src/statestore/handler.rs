@@ -44,6 +44,7 @@ use mqstate::protocol::resp3::{self, Reply, Request};
 use mqstate::protocol::topics::{self, MAX_TOPIC_LEN};
 use mqstate::{Hlc, HlcClock, ServiceError};
 
+use crate::statestore::observer::{KEY_PAGE_KEYS, KeyPage, KeyQuery, Removal, StoreObserver};
 use crate::statestore::registrations::Registrations;
 use crate::statestore::store::{ScanLimits, SetArgs, SetOutcome, Store, StoreError};
 
@@ -54,9 +55,6 @@ pub const DEFAULT_NODE_ID: &str = "StateStore";
 /// broker nor the request (`__srcId`) says who is asking, so there is no topic to notify.
 pub const NO_CLIENT_ID_TEXT: &str =
     "the request carries no client id (__srcId), so there is no topic to notify";
-
-/// The most keys one page of the dashboard's key table shows.
-const DASHBOARD_PAGE_KEYS: usize = 100;
 
 /// Settings of a [`Handler`].
 #[derive(Debug, Clone)]
@@ -74,8 +72,8 @@ pub struct HandlerConfig {
     /// client id with no open connection then comes from a connection that has already ended,
     /// and is not registered (it would never be dropped).
     pub complete_connection_events: bool,
-    /// The dashboard's hook: told of every change, connection and request (`None`: off).
-    pub monitor: Option<crate::dashboard::Monitor>,
+    /// Told of every change, connection and request (the dashboard's monitor; `None`: off).
+    pub observer: Option<Arc<dyn StoreObserver>>,
     /// The bounds of one `SCAN` page ([`crate::statestore::scan::limits_for_packet`] of the broker's
     /// maximum packet size).
     pub scan_limits: ScanLimits,
@@ -89,7 +87,7 @@ impl Default for HandlerConfig {
             max_drift: DEFAULT_MAX_DRIFT,
             wall_clock: None,
             complete_connection_events: false,
-            monitor: None,
+            observer: None,
             scan_limits: ScanLimits::default(),
         }
     }
@@ -165,7 +163,7 @@ pub struct Handler {
     registrations: Registrations,
     clock: HlcClock,
     complete_connection_events: bool,
-    monitor: Option<crate::dashboard::Monitor>,
+    observer: Option<Arc<dyn StoreObserver>>,
     scan_limits: ScanLimits,
 }
 
@@ -182,7 +180,7 @@ impl Handler {
             registrations: Registrations::default(),
             clock,
             complete_connection_events: config.complete_connection_events,
-            monitor: config.monitor,
+            observer: config.observer,
             scan_limits: config.scan_limits,
         }
     }
@@ -198,29 +196,27 @@ impl Handler {
         &mut self.store
     }
 
-    /// The dashboard's queries to the store, for the store's task to answer with
-    /// [`Handler::answer_query`] (once; `None` without a dashboard, or after the first call).
-    pub fn take_dashboard_queries(
-        &self,
-    ) -> Option<tokio::sync::mpsc::Receiver<crate::dashboard::StoreQuery>> {
-        self.monitor.as_ref().and_then(|m| m.take_queries())
+    /// The observer's queries to the store, for the store's task to answer with
+    /// [`Handler::answer_query`] (once; `None` without an observer that asks, or after the
+    /// first call).
+    pub fn take_queries(&self) -> Option<tokio::sync::mpsc::Receiver<KeyQuery>> {
+        self.observer.as_ref().and_then(|o| o.take_queries())
     }
 
-    /// Answers a dashboard query from the store: a page of the key table read with the same
-    /// scan as `SCAN` (so the dashboard keeps no copy of the keys), or the key count.
-    pub fn answer_query(&self, query: crate::dashboard::StoreQuery, now: Instant) {
-        use crate::dashboard::{KeyView, KeysPage, StoreQuery};
+    /// Answers an observer's query from the store: a page of keys read with the same scan as
+    /// `SCAN` (so the observer keeps no copy of the keys), or the key count.
+    pub fn answer_query(&self, query: KeyQuery, now: Instant) {
         match query {
-            StoreQuery::Count(reply) => {
+            KeyQuery::Count(reply) => {
                 let _ = reply.send(self.store.len());
             }
-            StoreQuery::Keys {
+            KeyQuery::Keys {
                 pattern,
                 token,
                 reply,
             } => {
                 let limits = ScanLimits {
-                    max_keys: DASHBOARD_PAGE_KEYS,
+                    max_keys: KEY_PAGE_KEYS,
                     ..self.scan_limits
                 };
                 let page = crate::statestore::scan::page(
@@ -230,20 +226,15 @@ impl Handler {
                     limits,
                     now,
                 )
-                .map(|page| KeysPage {
+                .map(|page| KeyPage {
                     keys: page
                         .keys
                         .iter()
-                        .filter_map(|key| {
-                            let entry = self.store.get(key)?;
-                            let lease = self.monitor.as_ref().is_some_and(|m| m.is_lease(key));
-                            Some(KeyView::of(key, &entry, lease, now))
-                        })
+                        .filter_map(|key| Some((key.clone(), self.store.get(key)?)))
                         .collect(),
-                    next: page
-                        .token
-                        .map(|t| mqstate::protocol::topics::hex_encode(&t)),
+                    next: page.token,
                     count: self.store.len(),
+                    read_at: now,
                 })
                 .map_err(|e| e.text().to_owned());
                 let _ = reply.send(page);
@@ -270,8 +261,8 @@ impl Handler {
     pub fn expire(&mut self, now: Instant) -> Vec<Notification> {
         let mut notifications = Vec::new();
         for (key, _entry) in self.store.expire_due(now) {
-            if let Some(m) = &self.monitor {
-                m.key_deleted(&key, None, crate::dashboard::ChangeKind::Expire);
+            if let Some(m) = &self.observer {
+                m.key_removed(&key, Removal::Expired);
             }
             if self.registrations.observers(&key).next().is_none() {
                 continue;
@@ -305,7 +296,7 @@ impl Handler {
     /// A connection of `client_id` opened (from the broker's events).
     pub fn client_connected(&mut self, client_id: &str) {
         self.registrations.client_connected(client_id);
-        if let Some(m) = &self.monitor {
+        if let Some(m) = &self.observer {
             m.client_connected(client_id);
         }
     }
@@ -314,7 +305,7 @@ impl Handler {
     /// the client's registrations are dropped. Returns how many were.
     pub fn client_disconnected(&mut self, client_id: &str) -> usize {
         let dropped = self.registrations.client_disconnected(client_id);
-        if let Some(m) = &self.monitor {
+        if let Some(m) = &self.observer {
             m.client_disconnected(client_id);
         }
         if dropped > 0 {
@@ -331,7 +322,7 @@ impl Handler {
             Ok(answer) => answer,
             Err(e) => Answer::error(&e),
         };
-        if let Some(m) = &self.monitor {
+        if let Some(m) = &self.observer {
             m.request_handled(started.elapsed());
         }
         Outcome {
@@ -406,7 +397,7 @@ impl Handler {
                     .map_err(store_error)?
                 {
                     SetOutcome::Applied => {
-                        if let Some(m) = &self.monitor
+                        if let Some(m) = &self.observer
                             && let Some(entry) = self.store.get(&key)
                         {
                             m.key_set(&key, &entry, lease);
@@ -429,8 +420,8 @@ impl Handler {
                     .del(&key, fencing_token.as_ref())
                     .map_err(store_error)?;
                 if deleted > 0 {
-                    if let Some(m) = &self.monitor {
-                        m.key_deleted(&key, Some(&clock), crate::dashboard::ChangeKind::Delete);
+                    if let Some(m) = &self.observer {
+                        m.key_removed(&key, Removal::Deleted(&clock));
                     }
                     self.notify(&key, &delete_payload(), &clock, notifications);
                 }
@@ -445,8 +436,8 @@ impl Handler {
                     .vdel(&key, &value, fencing_token.as_ref())
                     .map_err(store_error)?;
                 if outcome == crate::statestore::store::VdelOutcome::Deleted {
-                    if let Some(m) = &self.monitor {
-                        m.key_deleted(&key, Some(&clock), crate::dashboard::ChangeKind::Delete);
+                    if let Some(m) = &self.observer {
+                        m.key_removed(&key, Removal::Deleted(&clock));
                     }
                     self.notify(&key, &delete_payload(), &clock, notifications);
                 }
@@ -475,7 +466,7 @@ impl Handler {
                     return Err(ServiceError::Unknown(NO_CLIENT_ID_TEXT.to_owned()));
                 };
                 if stop {
-                    if let Some(m) = &self.monitor {
+                    if let Some(m) = &self.observer {
                         m.keynotify(client_id, &key, false);
                     }
                     if self.registrations.unregister(client_id, &key) {
@@ -492,7 +483,7 @@ impl Handler {
                             "KEYNOTIFY from a connection that has ended: not registered"
                         );
                     } else {
-                        if let Some(m) = &self.monitor {
+                        if let Some(m) = &self.observer {
                             m.keynotify(client_id, &key, true);
                         }
                         self.registrations.register(client_id, key);

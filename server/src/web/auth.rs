@@ -41,7 +41,7 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::guard::refuse;
+use super::refusal::refuse;
 use crate::error::ServerError;
 use crate::security::AccessControl;
 use crate::untrusted::cut;
@@ -62,7 +62,7 @@ const LOGIN_BODY_LIMIT: usize = 16 * 1024;
 const LOGIN_HTML: &str = include_str!("../dashboard/assets/login.html");
 
 /// Checks a service SAS token for a request (method, path, token): `Err` says why it is
-/// refused. Given by the IoT Hub ([`crate::iothub::http::service_token_check`]).
+/// refused. Given by the IoT Hub ([`crate::iothub::admin::service_token_check`]).
 pub type ServiceTokenCheck = Box<dyn Fn(&Method, &str, &str) -> Result<(), String> + Send + Sync>;
 
 /// The credentials a web surface accepts; see the module documentation.
@@ -123,7 +123,7 @@ pub fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
         Ok(text) => {
             let token = text.lines().next().unwrap_or_default().trim().to_owned();
             if token.len() < 16 {
-                return Err(ServerError::Config(format!(
+                return Err(ServerError::config(format!(
                     "web token file {}: the token must be at least 16 characters",
                     path.display()
                 )));

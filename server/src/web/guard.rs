@@ -44,7 +44,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::MethodRouter;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -52,6 +52,7 @@ use tokio::task::JoinSet;
 use crate::untrusted::cut;
 use crate::web::auth::WebAuth;
 use crate::web::http1::HeadLimits;
+use crate::web::refusal::refuse;
 
 /// How long a client has to send a request's head; an idle keep-alive connection is closed
 /// after as long.
@@ -190,12 +191,6 @@ async fn connection(
     if let Err(e) = crate::web::http1::serve(stream, peer, router, limits, stop).await {
         tracing::debug!(%peer, error = %e, "web: connection ended");
     }
-}
-
-/// The JSON error every web surface answers with: `{"errorCode": code, "message": message}`.
-pub(crate) fn refuse(status: StatusCode, code: &str, message: String) -> Response {
-    let body = serde_json::json!({ "errorCode": code, "message": message });
-    (status, axum::Json(body)).into_response()
 }
 
 /// The `Host` a request names (its header, or the authority of an absolute URI).

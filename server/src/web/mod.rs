@@ -7,3 +7,4 @@
 pub mod auth;
 pub mod guard;
 pub(crate) mod http1;
+mod refusal;
