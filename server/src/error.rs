@@ -55,9 +55,16 @@ impl From<IotHubError> for ServerError {
     /// The hub's data dir errors are data dir errors, like the store's.
     fn from(e: IotHubError) -> Self {
         match e {
-            IotHubError::DataDir(text) => ServerError::DataDir(text),
+            IotHubError::DataDir(e) => ServerError::from(e),
             other => ServerError::IotHub(other),
         }
+    }
+}
+
+impl From<crate::persist::PersistError> for ServerError {
+    /// The data dir's errors (the store's and the hub's files alike).
+    fn from(e: crate::persist::PersistError) -> Self {
+        ServerError::DataDir(e.to_string())
     }
 }
 

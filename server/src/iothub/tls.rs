@@ -13,7 +13,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::config::DeviceTls;
-use super::error::IotHubError;
+use super::domain::error::IotHubError;
 
 /// The acceptor and, for a generated certificate, its PEM (what devices must trust).
 pub(crate) fn acceptor(

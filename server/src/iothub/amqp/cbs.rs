@@ -34,9 +34,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::convert;
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::policies::{Right, ServiceGrant};
-use crate::iothub::sas::SasToken;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::policies::{Right, ServiceGrant};
+use crate::iothub::domain::sas::SasToken;
 use crate::untrusted::cut;
 
 /// The token types the hub accepts (the SDKs send the first; the second is IoT Hub's own).

@@ -34,9 +34,9 @@ use super::cbs;
 use super::convert;
 use super::twin;
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::hub::ToConnection;
-use crate::iothub::queue::Settlement;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::hub::ToConnection;
+use crate::iothub::domain::queue::Settlement;
 
 /// How long one wait for a message lasts before it starts again (it ends earlier on events).
 const WAIT: Duration = Duration::from_secs(60);

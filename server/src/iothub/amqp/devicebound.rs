@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use super::cbs::{self, Cbs};
 use super::convert;
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::message::C2dMessage;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::message::C2dMessage;
 
 /// Sends `message` to the device `raw` names (URL-decoded, or as is: see
 /// [`convert::device_candidates`]), and waits until it is durable.

@@ -41,8 +41,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::cbs;
 use super::device::{End, Member, next_delivery, relock};
-use crate::iothub::message::format_time;
-use crate::iothub::queue::new_guid;
+use crate::iothub::domain::message::format_time;
+use crate::iothub::domain::queue::new_guid;
 
 /// The link property pairing a twin sender link with its receiver link.
 const CHANNEL_CORRELATION_ID: &str = "com.microsoft:channel-correlation-id";

@@ -25,6 +25,7 @@ use super::feedback::StoredBatch;
 use super::message::{Ack, C2dMessage, Expiry, FeedbackRecord, FeedbackStatus};
 use super::queue::{Finished, Item, Now, Stored};
 use super::registry::Device;
+use crate::persist::PersistError;
 use crate::persist::redb_file::{CommitFailed, RedbFile, meta_get, meta_raise};
 
 /// The hub's database file inside the data dir.
@@ -129,19 +130,13 @@ impl HubFile {
     /// Opens (creating it) `DIR/iothub.redb` and reads it. A locked, damaged, foreign or
     /// newer-format file is [`IotHubError::DataDir`], with the store's texts.
     pub fn open(dir: &std::path::Path) -> Result<(HubFile, Loaded), IotHubError> {
-        let err = |e: crate::error::ServerError| match e {
-            crate::error::ServerError::DataDir(text) => IotHubError::DataDir(text),
-            other => IotHubError::DataDir(other.to_string()),
-        };
-        let file = RedbFile::open(dir, HUB_FILE).map_err(err)?;
-        let new = file
-            .check_format(META_FORMAT, HUB_FORMAT, |txn| {
-                txn.open_table(DEVICES)?;
-                txn.open_table(MESSAGES)?;
-                txn.open_table(FEEDBACK)?;
-                Ok(())
-            })
-            .map_err(err)?;
+        let file = RedbFile::open(dir, HUB_FILE)?;
+        let new = file.check_format(META_FORMAT, HUB_FORMAT, |txn| {
+            txn.open_table(DEVICES)?;
+            txn.open_table(MESSAGES)?;
+            txn.open_table(FEEDBACK)?;
+            Ok(())
+        })?;
         let hub = HubFile { file };
         let loaded = if new {
             Loaded {
@@ -149,7 +144,7 @@ impl HubFile {
                 ..Loaded::default()
             }
         } else {
-            hub.load().map_err(err)?
+            hub.load()?
         };
         Ok((hub, loaded))
     }
@@ -164,7 +159,7 @@ impl HubFile {
         self.file.file()
     }
 
-    fn load(&self) -> Result<Loaded, crate::error::ServerError> {
+    fn load(&self) -> Result<Loaded, PersistError> {
         let f = &self.file;
         f.read(|read| {
             let damaged = |what: String| f.fail("damaged", what);
@@ -335,9 +330,9 @@ pub(crate) fn decode_message(
     now: Now,
 ) -> Result<Restored, IotHubError> {
     let payload = STANDARD.decode(&record.body_base64).map_err(|e| {
-        IotHubError::DataDir(format!(
-            "{HUB_FILE}: damaged: message {sequence_number} of device {device_id:?}: {e}"
-        ))
+        let message =
+            format!("{HUB_FILE}: damaged: message {sequence_number} of device {device_id:?}: {e}");
+        IotHubError::DataDir(PersistError::caused(message, e))
     })?;
     let expiry_utc = from_unix_ns(record.expiry_unix_ns);
     let message = C2dMessage {

@@ -16,7 +16,7 @@
 //! (a service token, checked against the hub's shared access policies) and an `api-version`
 //! query parameter (the SDKs always send one). Device ids in paths are percent-encoded.
 //! The device API served beside it (receive, settle, telemetry: [`device`], in
-//! `rest_device.rs`) takes device tokens instead, so this check is not applied there.
+//! `https/device.rs`) takes device tokens instead, so this check is not applied there.
 //!
 //! Errors use IoT Hub's body, `{"Message":"ErrorCode:{code};{text}","ExceptionMessage":..}`
 //! and `iothub-errorcode` header: the Node SDK reads the code from `Message` (its
@@ -37,16 +37,16 @@ use axum::routing::{delete, get};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::IotHub;
-use super::error::IotHubError;
-use super::message::format_time;
-use super::policies::Right;
-use super::registry::{DeviceStatus, DeviceUpdate, Identity};
+use crate::iothub::IotHub;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::message::format_time;
+use crate::iothub::domain::policies::Right;
+use crate::iothub::domain::registry::{DeviceStatus, DeviceUpdate, Identity};
 use crate::untrusted::cut;
 
 // The device API (device tokens, not service ones) is a child module so that it shares this
 // module's error body and api-version check without widening their visibility.
-#[path = "rest_device.rs"]
+#[path = "device.rs"]
 mod device;
 
 /// What IoT Hub reports for a time that never happened (a device that never connected).
@@ -74,14 +74,6 @@ pub(crate) fn router(hub: IotHub) -> Router {
             log_refusals,
         ))
         .with_state(hub)
-}
-
-/// The router for `crate::fuzzing`, which cannot name this module.
-#[cfg(any(test, feature = "fuzzing"))]
-impl crate::fuzzing::Hooks {
-    pub(crate) fn rest_router(hub: IotHub) -> Router {
-        router(hub)
-    }
 }
 
 /// A refused request, answered as IoT Hub answers it.

@@ -37,9 +37,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use super::{RestResult, api_version};
-use crate::iothub::error::IotHubError;
-use crate::iothub::message::format_time;
-use crate::iothub::properties::Property;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::message::format_time;
+use crate::iothub::domain::properties::Property;
 use crate::iothub::{IotHub, LockedMessage, Settlement};
 
 /// The prefix of application properties in HTTP headers, both ways (the Node SDK's

@@ -1,4 +1,4 @@
-//! The HTTP+JSON admin API (axum): the service side of the hub for the CLI, curl and any
+//! The HTTP+JSON admin API's routes (axum): the service side of the hub for the CLI, curl and any
 //! language. Every error is JSON `{"errorCode": "...", "message": "..."}` with a fitting status;
 //! the routes are listed in `docs/iothub.md`.
 
@@ -16,11 +16,11 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
-use super::error::IotHubError;
-use super::hub::IotHub;
-use super::message::{Ack, C2dMessage, Expiry, format_time};
-use super::policies::Right;
-use super::registry::DeviceSpec;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::hub::IotHub;
+use crate::iothub::domain::message::{Ack, C2dMessage, Expiry, format_time};
+use crate::iothub::domain::policies::Right;
+use crate::iothub::domain::registry::DeviceSpec;
 
 /// The longest a request may wait for feedback or telemetry (`waitSecs`).
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -252,7 +252,7 @@ fn query_secs(
 /// The admin API's routes over `hub`. Every route that changes state has a method other than
 /// GET, except the feedback receive, which locks a batch: it is marked with
 /// [`crate::web::guard::state_changing`], so browsers from elsewhere cannot send it either.
-pub fn router(hub: IotHub) -> Router {
+pub(crate) fn router(hub: IotHub) -> Router {
     let limit = body_limit(hub.config().max_message_size);
     Router::new()
         .route("/hub", get(hub_info))
@@ -318,7 +318,7 @@ fn right_for(method: &axum::http::Method, path: &str) -> Option<&'static [Right]
 
 /// The admin API's check of service SAS tokens, for [`crate::web::auth::WebAuth`]: a token
 /// of one of the hub's policies, with the rights the route needs (`right_for`).
-pub fn service_token_check(hub: IotHub) -> crate::web::auth::ServiceTokenCheck {
+pub(crate) fn service_token_check(hub: IotHub) -> crate::web::auth::ServiceTokenCheck {
     Box::new(move |method, path, token| {
         let Some(rights) = right_for(method, path) else {
             return Err(format!(

@@ -1,4 +1,4 @@
-//! The hub's HTTPS server: IoT Hub's REST API ([`super::rest`]) over TLS and HTTP/1.1, as
+//! The hub's HTTPS server: IoT Hub's REST API ([`crate::iothub::https::service`]) over TLS and HTTP/1.1, as
 //! the service SDKs reach it (they only speak HTTPS).
 //!
 //! Each TLS handshake runs on the connection's own task with the broker's timeout (10 s,
@@ -15,8 +15,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use super::tls::HANDSHAKE_TIMEOUT;
+use crate::iothub::tls::HANDSHAKE_TIMEOUT;
 use crate::web::http1::HeadLimits;
+
+pub(crate) mod service;
 
 /// Serves `router` over TLS on `listener` until `stop` turns true, then waits for the
 /// connections' requests in flight.
@@ -68,7 +70,7 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let handshake = tokio::select! {
-        result = super::tls::handshake(&tls, stream, HANDSHAKE_TIMEOUT) => result,
+        result = crate::iothub::tls::handshake(&tls, stream, HANDSHAKE_TIMEOUT) => result,
         _ = stop.changed() => return,
     };
     let stream = match handshake {

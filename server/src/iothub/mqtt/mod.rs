@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
-use super::properties;
+use crate::iothub::domain::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
+use crate::iothub::domain::properties;
 use crate::untrusted::cut;
 
 /// Room for the topic and headers around the largest body.
@@ -59,12 +59,12 @@ fn twin_request(topic: &str) -> Option<(&'static str, &str)> {
 fn twin_refusal(what: &str, rid: &str) -> Publish {
     let body = serde_json::json!({
         "errorCode": TWIN_REFUSED_CODE,
-        "trackingId": super::queue::new_guid(),
+        "trackingId": crate::iothub::domain::queue::new_guid(),
         "message": format!(
             "device twins are not supported by this local IoT Hub (mqstate serves cloud-to-device messages and telemetry): cannot {what}"
         ),
         "info": {},
-        "timestampUtc": super::message::format_time(SystemTime::now()),
+        "timestampUtc": crate::iothub::domain::message::format_time(SystemTime::now()),
     });
     Publish::new(
         format!("$iothub/twin/res/{TWIN_REFUSED_STATUS}/?$rid={rid}"),
@@ -102,7 +102,7 @@ pub(crate) async fn run(
             let result = match tls {
                 Some(acceptor) => {
                     let limit = hub.config().connect_timeout;
-                    match super::tls::handshake(&acceptor, stream, limit).await {
+                    match crate::iothub::tls::handshake(&acceptor, stream, limit).await {
                         Ok(tls_stream) => serve(hub, tls_stream, stop).await,
                         Err(e) => Err(e),
                     }
@@ -160,7 +160,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     hub: IotHub,
     stream: S,
     mut stop: watch::Receiver<bool>,
@@ -366,18 +366,6 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(())
         }
         Err(why) => Err(format!("device {device_id:?}: {why}")),
-    }
-}
-
-/// The connection handler for `crate::fuzzing`, which cannot name this module.
-#[cfg(any(test, feature = "fuzzing"))]
-impl crate::fuzzing::Hooks {
-    pub(crate) async fn mqtt_serve<S: AsyncRead + AsyncWrite + Unpin>(
-        hub: IotHub,
-        stream: S,
-        stop: watch::Receiver<bool>,
-    ) -> Result<(), String> {
-        serve(hub, stream, stop).await
     }
 }
 

@@ -8,11 +8,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use serde::de::DeserializeOwned;
 
-use super::http::{AddDeviceRequest, DeviceCredentials, PurgeResult, SendRequest};
-use super::hub::{DeviceInfo, HubInfo};
-use super::message::{FeedbackBatch, QueueInfo, SendReceipt, TelemetryMessage};
-use super::properties::encode_component;
-use super::registry::Device;
+use super::api::{AddDeviceRequest, DeviceCredentials, PurgeResult, SendRequest};
+use crate::iothub::domain::hub::{DeviceInfo, HubInfo};
+use crate::iothub::domain::message::{FeedbackBatch, QueueInfo, SendReceipt, TelemetryMessage};
+use crate::iothub::domain::properties::encode_component;
+use crate::iothub::domain::registry::Device;
 
 /// Why an admin request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

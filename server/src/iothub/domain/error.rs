@@ -1,5 +1,8 @@
 //! The hub's error type: one variant per way a request can be refused, each with a message
-//! that names what was wrong, and a stable error code for the HTTP admin API.
+//! that names what was wrong, and a stable error code for the HTTP admin API. The data dir's
+//! errors ([`PersistError`]) are kept as their source.
+
+use crate::persist::PersistError;
 
 /// Why the hub refused a request (nothing was changed) or could not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,11 +67,17 @@ pub enum IotHubError {
     /// server, from an incompatible version, damaged. The message names the file; nothing
     /// was changed. `mqstate serve` reports it as the store's data dir errors.
     #[error("data dir: {0}")]
-    DataDir(String),
+    DataDir(#[source] PersistError),
     /// The change was made in memory but could not be written to the data dir (disk full,
     /// I/O error): it is not acknowledged. The hub writes it again with its next commit.
     #[error("the change could not be persisted ({0}); it was not acknowledged")]
     NotPersisted(String),
+}
+
+impl From<PersistError> for IotHubError {
+    fn from(e: PersistError) -> Self {
+        IotHubError::DataDir(e)
+    }
 }
 
 impl IotHubError {

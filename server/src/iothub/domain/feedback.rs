@@ -283,7 +283,7 @@ fn fastish_nonce(now: Now) -> u32 {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
-    use crate::iothub::message::FeedbackStatus;
+    use crate::iothub::domain::message::FeedbackStatus;
 
     fn record(device: &str) -> FeedbackRecord {
         FeedbackRecord {

@@ -184,10 +184,7 @@ impl Policies {
         };
         // The hub may open its data dir before the store does (or without it): created
         // private here too.
-        crate::persist::private::create_data_dir(dir).map_err(|e| match e {
-            crate::error::ServerError::DataDir(text) => IotHubError::DataDir(text),
-            other => IotHubError::DataDir(other.to_string()),
-        })?;
+        crate::persist::private::create_data_dir(dir)?;
         let path: PathBuf = dir.join(POLICIES_FILE);
         match std::fs::File::open(&path) {
             Ok(mut opened) => {
@@ -205,7 +202,8 @@ impl Policies {
         let json = serde_json::to_string_pretty(&policies.policies)
             .map_err(|e| IotHubError::Io(format!("shared access policies: {e}")))?;
         crate::security::write_private_file(&path, json.as_bytes()).map_err(|e| {
-            IotHubError::DataDir(format!("shared access policies {}: {e}", path.display()))
+            let message = format!("shared access policies {}: {e}", path.display());
+            IotHubError::DataDir(crate::persist::PersistError::caused(message, e))
         })?;
         Ok(policies)
     }
