@@ -6,7 +6,7 @@
 //! token (a GUID) and settled by complete, reject or abandon. Pure code: the caller passes the
 //! time in, so the state machine is tested without waiting.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -53,7 +53,7 @@ pub(crate) struct Stored {
 }
 
 /// Who holds the lock of an Invisible message, which is what may settle it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Holder {
     /// MQTT: published on this connection under this packet id; its PUBACK completes it.
     /// Packet ids mean nothing on another connection, so the lock ends with the connection.
@@ -71,14 +71,6 @@ struct Lock {
 }
 
 impl Lock {
-    fn is_packet(&self, connection: u64, packet_id: u16) -> bool {
-        self.holder
-            == Holder::Packet {
-                connection,
-                packet_id,
-            }
-    }
-
     fn is_connection(&self, connection: u64) -> bool {
         matches!(self.holder, Holder::Packet { connection: c, .. } if c == connection)
     }
@@ -247,6 +239,12 @@ pub(crate) struct DeviceQueue {
     entries: VecDeque<Entry>,
     finished: VecDeque<Finished>,
     next_packet_id: u16,
+    /// The sequence number of the message each lock holder (a connection's packet id, a lock
+    /// token) locks, so that a PUBACK, a settlement and a free packet id are found without
+    /// scanning the queue (`entries` is in sequence order: found by binary search). Locks
+    /// restored from the data dir are not in it (they share one holder): nothing settles them,
+    /// `release_restored` ends them.
+    holders: HashMap<Holder, u64>,
     /// Whether changes are recorded in `changed` (with a data dir).
     track: bool,
     /// Sequence numbers of the messages changed since [`DeviceQueue::take_changes`].
@@ -292,9 +290,56 @@ impl DeviceQueue {
             .map(Item::Finished)
     }
 
+    /// Locks the message at `index` under `lock` (it held none).
+    fn set_lock(&mut self, index: usize, lock: Lock) -> Option<&mut Entry> {
+        let entry = self.entries.get_mut(index)?;
+        self.holders
+            .insert(lock.holder, entry.stored.sequence_number);
+        entry.lock = Some(lock);
+        Some(entry)
+    }
+
+    /// Ends the lock of the message at `index`, if it has one.
+    fn clear_lock(&mut self, index: usize) -> Option<&mut Entry> {
+        let entry = self.entries.get_mut(index)?;
+        if let Some(lock) = entry.lock.take() {
+            self.holders.remove(&lock.holder);
+        }
+        Some(entry)
+    }
+
+    /// Takes the message at `index` out of the queue, with its lock.
+    fn remove_entry(&mut self, index: usize) -> Option<Entry> {
+        let entry = self.entries.remove(index)?;
+        if let Some(lock) = entry.lock {
+            self.holders.remove(&lock.holder);
+        }
+        Some(entry)
+    }
+
+    /// Where the message locked by `holder` is.
+    fn position_of(&self, holder: Holder) -> Option<usize> {
+        let seq = *self.holders.get(&holder)?;
+        let index = self
+            .entries
+            .binary_search_by_key(&seq, |e| e.stored.sequence_number)
+            .ok()?;
+        debug_assert!(
+            self.entries
+                .get(index)
+                .is_some_and(|e| e.lock.is_some_and(|l| l.holder == holder))
+        );
+        Some(index)
+    }
+
     /// Puts back a message read from the data dir (oldest first). A message that was locked
     /// stays locked by no connection until [`DeviceQueue::release_restored`] ends the lock.
     pub fn restore(&mut self, stored: Stored, delivery_count: u32, was_locked: bool) {
+        debug_assert!(
+            self.entries
+                .back()
+                .is_none_or(|e| e.stored.sequence_number < stored.sequence_number)
+        );
         // Lock tokens are not kept either: every lock held before the restart ends at start.
         self.entries.push_back(Entry {
             stored: Arc::new(stored),
@@ -353,9 +398,10 @@ impl DeviceQueue {
     }
 
     fn packet_id_in_use(&self, connection: u64, id: u16) -> bool {
-        self.entries
-            .iter()
-            .any(|e| e.lock.is_some_and(|l| l.is_packet(connection, id)))
+        self.holders.contains_key(&Holder::Packet {
+            connection,
+            packet_id: id,
+        })
     }
 
     fn allocate_packet_id(&mut self, connection: u64) -> u16 {
@@ -376,23 +422,18 @@ impl DeviceQueue {
                 continue;
             }
             let packet_id = self.allocate_packet_id(connection);
-            if let Some(entry) = self.entries.get_mut(i) {
-                entry.lock = Some(Lock {
-                    holder: Holder::Packet {
-                        connection,
-                        packet_id,
-                    },
-                    until: now.instant + lock_timeout,
-                });
-                entry.delivery_count = entry.delivery_count.saturating_add(1);
-                let seq = entry.stored.sequence_number;
-                if self.track {
-                    self.changed.push(seq);
-                }
-                out.push(Delivery {
-                    stored: entry.stored.clone(),
+            let lock = Lock {
+                holder: Holder::Packet {
+                    connection,
                     packet_id,
-                });
+                },
+                until: now.instant + lock_timeout,
+            };
+            if let Some(entry) = self.set_lock(i, lock) {
+                entry.delivery_count = entry.delivery_count.saturating_add(1);
+                let stored = entry.stored.clone();
+                self.mark(stored.sequence_number);
+                out.push(Delivery { stored, packet_id });
             }
         }
         out
@@ -401,11 +442,11 @@ impl DeviceQueue {
     /// A PUBACK: completes the message locked under this packet id on this connection. A late
     /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
     pub fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
-        let index = self
-            .entries
-            .iter()
-            .position(|e| e.lock.is_some_and(|l| l.is_packet(connection, packet_id)))?;
-        let entry = self.entries.remove(index)?;
+        let index = self.position_of(Holder::Packet {
+            connection,
+            packet_id,
+        })?;
+        let entry = self.remove_entry(index)?;
         Some(self.finish(entry, FeedbackStatus::Success, now))
     }
 
@@ -418,15 +459,16 @@ impl DeviceQueue {
         now: Now,
         lock_timeout: Duration,
     ) -> Option<LockedMessage> {
-        let entry = self
+        let index = self
             .entries
-            .iter_mut()
-            .find(|e| e.lock.is_none() && e.stored.expires_at > now.instant)?;
+            .iter()
+            .position(|e| e.lock.is_none() && e.stored.expires_at > now.instant)?;
         let token = new_token();
-        entry.lock = Some(Lock {
+        let lock = Lock {
             holder: Holder::Token(token),
             until: now.instant + lock_timeout,
-        });
+        };
+        let entry = self.set_lock(index, lock)?;
         entry.delivery_count = entry.delivery_count.saturating_add(1);
         let stored = entry.stored.clone();
         let delivery_count = entry.delivery_count;
@@ -444,10 +486,7 @@ impl DeviceQueue {
     }
 
     fn token_index(&self, lock_token: &str) -> Option<usize> {
-        let token = parse_token(lock_token)?;
-        self.entries
-            .iter()
-            .position(|e| e.lock.is_some_and(|l| l.holder == Holder::Token(token)))
+        self.position_of(Holder::Token(parse_token(lock_token)?))
     }
 
     /// Settles the message locked under `lock_token`: completed (`Success`), rejected
@@ -478,7 +517,7 @@ impl DeviceQueue {
                 return Ok(out.pop());
             }
         };
-        let entry = self.entries.remove(index).ok_or_else(lost)?;
+        let entry = self.remove_entry(index).ok_or_else(lost)?;
         Ok(Some(self.finish(entry, status, now)))
     }
 
@@ -490,10 +529,9 @@ impl DeviceQueue {
         let Some(index) = self.token_index(lock_token) else {
             return false;
         };
-        let Some(entry) = self.entries.get_mut(index) else {
+        let Some(entry) = self.clear_lock(index) else {
             return false;
         };
-        entry.lock = None;
         entry.delivery_count = entry.delivery_count.saturating_sub(1);
         let seq = entry.stored.sequence_number;
         self.mark(seq);
@@ -537,17 +575,16 @@ impl DeviceQueue {
         now: Now,
         out: &mut Vec<Outcome>,
     ) -> bool {
-        let Some(entry) = self.entries.get_mut(index) else {
+        let Some(entry) = self.clear_lock(index) else {
             return false;
         };
-        entry.lock = None;
         let seq = entry.stored.sequence_number;
         self.mark(seq);
         let Some(entry) = self.entries.get(index) else {
             return false;
         };
         if entry.delivery_count >= max_delivery_count {
-            if let Some(entry) = self.entries.remove(index) {
+            if let Some(entry) = self.remove_entry(index) {
                 out.push(self.finish(entry, FeedbackStatus::DeliveryCountExceeded, now));
             }
             return true;
@@ -561,7 +598,7 @@ impl DeviceQueue {
         let mut i = 0;
         while let Some(entry) = self.entries.get(i) {
             if entry.stored.expires_at <= now.instant {
-                if let Some(entry) = self.entries.remove(i) {
+                if let Some(entry) = self.remove_entry(i) {
                     out.push(self.finish(entry, FeedbackStatus::Expired, now));
                 }
                 continue;
@@ -599,6 +636,7 @@ impl DeviceQueue {
 
     /// Dead-letters every message as Purged.
     pub fn purge(&mut self, now: Now) -> Vec<Outcome> {
+        self.holders.clear();
         let entries: Vec<Entry> = self.entries.drain(..).collect();
         entries
             .into_iter()

@@ -299,3 +299,42 @@ fn topic_has_every_property() {
         )
     );
 }
+
+#[test]
+fn pubacks_and_tokens_find_their_message_in_a_long_queue() {
+    // A queue far deeper than IoT Hub's 50, delivered at once: every delivery gets its own
+    // packet id, and each PUBACK (in any order) completes exactly its message. The lookups
+    // go through the index of lock holders, not a scan per message.
+    let base = Now::current();
+    let n = 5_000u64;
+    let mut q = DeviceQueue::default();
+    for i in 0..n {
+        let m = C2dMessage::new("x").ttl(Duration::from_secs(100));
+        let stored = store("d", m, i, base, Duration::from_secs(3600)).unwrap();
+        q.enqueue(stored, "d", n as usize).unwrap();
+    }
+    let d = q.deliver(7, base, Duration::from_secs(60));
+    assert_eq!(d.len(), n as usize);
+    let ids: std::collections::HashSet<u16> = d.iter().map(|x| x.packet_id).collect();
+    assert_eq!(ids.len(), n as usize, "packet ids are distinct");
+    for delivery in d.iter().rev() {
+        let done = q.complete(7, delivery.packet_id, base).unwrap();
+        assert_eq!(done.stored.sequence_number, delivery.stored.sequence_number);
+    }
+    assert_eq!(q.depth(), 0);
+
+    // Tokens: the middle one settles its own message; the others still lock theirs.
+    let mut q = queue_with(3, base);
+    let locked: Vec<LockedMessage> = (0..3)
+        .map(|_| {
+            q.deliver_locked("d", base, Duration::from_secs(60))
+                .unwrap()
+        })
+        .collect();
+    let done = settle(&mut q, &locked[1].lock_token, Settlement::Complete, base).unwrap();
+    assert_eq!(done.stored.sequence_number, locked[1].sequence_number);
+    for other in [&locked[0], &locked[2]] {
+        let done = settle(&mut q, &other.lock_token, Settlement::Reject, base).unwrap();
+        assert_eq!(done.stored.sequence_number, other.sequence_number);
+    }
+}
