@@ -28,7 +28,8 @@ use crate::untrusted::cut;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -105,16 +106,37 @@ fn authorize_device(hub: &IotHub, headers: &HeaderMap, id: &str) -> RestResult<(
     Ok(())
 }
 
+/// The preamble every device route shares, as an extractor: the device named by the path's
+/// `{id}`, once its token is checked ([`authorize_device`]) and the request names an
+/// `api-version` ([`api_version`]), in that order. Listed after a route's path and query
+/// extractors and before its body, where each handler used to open with these checks.
+struct DeviceCaller(String);
+
+impl FromRequestParts<IotHub> for DeviceCaller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &IotHub) -> Result<Self, Response> {
+        // Every device route has `{id}`; a path that does not decode is refused as the
+        // handlers' own `Path` refuses it.
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, hub)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let id = params.get("id").cloned().unwrap_or_default();
+        authorize_device(hub, &parts.headers, &id).map_err(IntoResponse::into_response)?;
+        let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|Query(q)| q)
+            .unwrap_or_default();
+        api_version(&query).map_err(IntoResponse::into_response)?;
+        Ok(DeviceCaller(id))
+    }
+}
+
 /// `GET .../messages/devicebound`: the device's oldest Enqueued message, locked (answered
 /// once the lock and the delivery count are on disk), or 204.
 async fn receive(
     State(hub): State<IotHub>,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    DeviceCaller(id): DeviceCaller,
 ) -> RestResult<Response> {
-    authorize_device(&hub, &headers, &id)?;
-    api_version(&query)?;
     // HTTPS devices poll: the SDK asks again at its interval, so no long wait here.
     match hub.receive_locked(&id, Duration::ZERO).await? {
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -192,7 +214,7 @@ async fn complete_or_reject(
     State(hub): State<IotHub>,
     Path((id, etag)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: DeviceCaller,
 ) -> RestResult<Response> {
     let reject = query
         .get("reject")
@@ -202,17 +224,16 @@ async fn complete_or_reject(
     } else {
         Settlement::Complete
     };
-    settle(&hub, &id, &etag, &query, &headers, settlement).await
+    settle(&hub, &id, &etag, settlement).await
 }
 
 /// `POST .../devicebound/{etag}/abandon`.
 async fn abandon(
     State(hub): State<IotHub>,
     Path((id, etag)): Path<(String, String)>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: DeviceCaller,
 ) -> RestResult<Response> {
-    settle(&hub, &id, &etag, &query, &headers, Settlement::Abandon).await
+    settle(&hub, &id, &etag, Settlement::Abandon).await
 }
 
 /// Settles by lock token; 204 once the outcome is on disk. A token that locks nothing is
@@ -221,12 +242,8 @@ async fn settle(
     hub: &IotHub,
     id: &str,
     etag: &str,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
     settlement: Settlement,
 ) -> RestResult<Response> {
-    authorize_device(hub, headers, id)?;
-    api_version(query)?;
     hub.settle(id, etag, settlement)?;
     hub.persisted().await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -249,12 +266,10 @@ struct BatchItem {
 async fn telemetry(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
+    _: DeviceCaller,
     body: Bytes,
 ) -> RestResult<Response> {
-    authorize_device(&hub, &headers, &id)?;
-    api_version(&query)?;
     let max = hub.config().max_telemetry_size;
     if body.len() > max {
         return Err(IotHubError::PayloadTooLarge {

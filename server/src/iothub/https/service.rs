@@ -26,11 +26,13 @@
 //! only once it is on disk (with a data dir).
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::time::SystemTime;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
@@ -232,6 +234,48 @@ fn api_version(query: &HashMap<String, String>) -> RestResult<()> {
     }
 }
 
+/// The preamble every service route shares, as an extractor: the request's service token
+/// must grant `R`'s right ([`authorize`]), then the request must name an `api-version`
+/// ([`api_version`]), in that order. Listed after a route's path and query extractors and
+/// before its body, so that it runs where the checks ran when each handler opened with them.
+struct Service<R>(PhantomData<R>);
+
+/// The right a service route needs, as a type ([`Service`]'s parameter).
+trait NeedsRight {
+    const RIGHT: Right;
+}
+
+/// Reads the registry.
+struct RegistryRead;
+/// Changes the registry.
+struct RegistryWrite;
+/// The service's own operations (purge, statistics of connections).
+struct ServiceConnect;
+
+impl NeedsRight for RegistryRead {
+    const RIGHT: Right = Right::RegistryRead;
+}
+impl NeedsRight for RegistryWrite {
+    const RIGHT: Right = Right::RegistryWrite;
+}
+impl NeedsRight for ServiceConnect {
+    const RIGHT: Right = Right::ServiceConnect;
+}
+
+impl<R: NeedsRight> FromRequestParts<IotHub> for Service<R> {
+    type Rejection = RestError;
+
+    async fn from_request_parts(parts: &mut Parts, hub: &IotHub) -> RestResult<Self> {
+        authorize(hub, &parts.headers, R::RIGHT)?;
+        // A query that does not parse names no api-version.
+        let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
+            .map(|Query(q)| q)
+            .unwrap_or_default();
+        api_version(&query)?;
+        Ok(Service(PhantomData))
+    }
+}
+
 fn if_match(headers: &HeaderMap) -> RestResult<Option<&str>> {
     headers
         .get(header::IF_MATCH)
@@ -353,21 +397,16 @@ fn device_response(identity: &Identity) -> Response {
 async fn get_device(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: Service<RegistryRead>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::RegistryRead)?;
-    api_version(&query)?;
     Ok(device_response(&hub.identity(&id)?))
 }
 
 async fn list_devices(
     State(hub): State<IotHub>,
     Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: Service<RegistryRead>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::RegistryRead)?;
-    api_version(&query)?;
     let top = match query.get("top") {
         None => MAX_TOP,
         Some(text) => {
@@ -388,12 +427,10 @@ async fn list_devices(
 async fn put_device(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
+    _: Service<RegistryWrite>,
     body: Bytes,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::RegistryWrite)?;
-    api_version(&query)?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(RestError::new(
             StatusCode::BAD_REQUEST,
@@ -434,11 +471,9 @@ async fn put_device(
 async fn delete_device(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
+    _: Service<RegistryWrite>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::RegistryWrite)?;
-    api_version(&query)?;
     hub.delete_device(&id, if_match(&headers)?)?;
     hub.persisted().await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -447,11 +482,8 @@ async fn delete_device(
 async fn purge(
     State(hub): State<IotHub>,
     Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: Service<ServiceConnect>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::ServiceConnect)?;
-    api_version(&query)?;
     let total = hub.purge(&id)?;
     hub.persisted().await?;
     let body = json!({ "totalMessagesPurged": total, "deviceId": id, "moduleId": null });
@@ -460,11 +492,8 @@ async fn purge(
 
 async fn device_statistics(
     State(hub): State<IotHub>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: Service<RegistryRead>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::RegistryRead)?;
-    api_version(&query)?;
     let devices = hub.identities(usize::MAX);
     let disabled = devices
         .iter()
@@ -480,11 +509,8 @@ async fn device_statistics(
 
 async fn service_statistics(
     State(hub): State<IotHub>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    _: Service<ServiceConnect>,
 ) -> RestResult<Response> {
-    authorize(&hub, &headers, Right::ServiceConnect)?;
-    api_version(&query)?;
     let connected = hub
         .identities(usize::MAX)
         .iter()
