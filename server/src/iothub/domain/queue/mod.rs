@@ -10,13 +10,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-
 use super::error::IotHubError;
 use super::message::{
-    Ack, C2dMessage, FeedbackStatus, MessageInfo, MessageState, QueueInfo, format_time,
+    C2dMessage, FeedbackStatus, MessageInfo, MessageState, QueueInfo, format_time,
 };
-use super::properties::{self, Property};
 
 /// Finished messages a queue remembers for [`QueueInfo::finished`].
 const FINISHED_KEPT: usize = 50;
@@ -38,18 +35,6 @@ impl Now {
             utc: SystemTime::now(),
         }
     }
-}
-
-/// A message accepted into a queue, with what the hub added to it.
-#[derive(Debug)]
-pub(crate) struct Stored {
-    pub sequence_number: u64,
-    pub message: C2dMessage,
-    pub enqueued_utc: SystemTime,
-    pub expiry_utc: SystemTime,
-    pub expires_at: Instant,
-    /// The topic it is delivered on (computed once: it does not change between deliveries).
-    pub topic: String,
 }
 
 /// Who holds the lock of an Invisible message, which is what may settle it.
@@ -118,44 +103,6 @@ pub struct LockedMessage {
     pub lock_until: SystemTime,
 }
 
-/// A GUID's text form (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower case), as IoT Hub writes
-/// lock tokens.
-fn format_token(token: u128) -> String {
-    let hex = format!("{token:032x}");
-    let part = |from: usize, to: usize| hex.get(from..to).unwrap_or_default();
-    format!(
-        "{}-{}-{}-{}-{}",
-        part(0, 8),
-        part(8, 12),
-        part(12, 16),
-        part(16, 20),
-        part(20, 32)
-    )
-}
-
-/// A lock token back (hyphens optional, any case, and the quotes of an HTTP `ETag` header
-/// value tolerated); `None` when it is no GUID, which no lock can have.
-fn parse_token(text: &str) -> Option<u128> {
-    let text = text.trim().trim_matches('"');
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    u128::from_str_radix(&hex, 16).ok()
-}
-
-/// A new random GUID in text form (the tracking ids of error answers).
-pub(crate) fn new_guid() -> String {
-    format_token(new_token())
-}
-
-/// A random (version 4) GUID: unguessable, and never the token of an earlier lock, so that a
-/// stale token cannot settle a later delivery of the same message.
-fn new_token() -> u128 {
-    let random = fastrand::u128(..);
-    (random & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62)
-}
-
 #[derive(Debug)]
 struct Entry {
     stored: Arc<Stored>,
@@ -197,40 +144,6 @@ pub(crate) struct Outcome {
 pub(crate) struct Delivery {
     pub stored: Arc<Stored>,
     pub packet_id: u16,
-}
-
-/// The device-bound topic of a message: every system property set, `iothub-ack` unless none,
-/// then the application properties in order.
-pub(crate) fn devicebound_topic(
-    device_id: &str,
-    stored_message: &C2dMessage,
-    expiry: SystemTime,
-) -> String {
-    let m = stored_message;
-    let mut bag: Vec<Property> = Vec::new();
-    let mut system = |name: &str, value: &Option<String>| {
-        if let Some(v) = value {
-            bag.push((name.to_owned(), Some(v.clone())));
-        }
-    };
-    system("$.mid", &m.message_id);
-    system(
-        "$.to",
-        &Some(format!("/devices/{device_id}/messages/devicebound")),
-    );
-    system("$.exp", &Some(format_time(expiry)));
-    system("$.cid", &m.correlation_id);
-    system("$.uid", &m.user_id);
-    system("$.ct", &m.content_type);
-    system("$.ce", &m.content_encoding);
-    if m.ack != Ack::None {
-        bag.push(("iothub-ack".to_owned(), Some(m.ack.as_str().to_owned())));
-    }
-    bag.extend(m.properties.iter().cloned());
-    format!(
-        "devices/{device_id}/messages/devicebound/{}",
-        properties::encode(&bag)
-    )
 }
 
 /// The queue of one device.
@@ -697,67 +610,12 @@ impl DeviceQueue {
     }
 }
 
-/// Builds the stored form of a message (expiry resolved, topic computed).
-pub(crate) fn store(
-    device_id: &str,
-    message: C2dMessage,
-    sequence_number: u64,
-    now: Now,
-    default_ttl: Duration,
-) -> Result<Stored, IotHubError> {
-    let ttl = match message.expiry {
-        None => default_ttl,
-        Some(super::message::Expiry::Ttl(ttl)) => ttl,
-        Some(super::message::Expiry::At(at)) => at.duration_since(now.utc).map_err(|_| {
-            IotHubError::invalid(format!(
-                "the expiry time {} is in the past",
-                format_time(at)
-            ))
-        })?,
-    };
-    if ttl.is_zero() || ttl > crate::iothub::config::MAX_TTL {
-        return Err(IotHubError::invalid(format!(
-            "the TTL must be positive and at most 2 days (got {ttl:?})"
-        )));
-    }
-    let expiry_utc = now.utc + ttl;
-    let topic = devicebound_topic(device_id, &message, expiry_utc);
-    Ok(Stored {
-        sequence_number,
-        message,
-        enqueued_utc: now.utc,
-        expiry_utc,
-        expires_at: now.instant + ttl,
-        topic,
-    })
-}
+mod lock_token;
+mod stored;
 
-impl Stored {
-    /// A message read back from the data dir: its deadline counts from `now` on the monotonic
-    /// clock (already past when its expiry time is).
-    pub fn restored(
-        device_id: &str,
-        message: C2dMessage,
-        sequence_number: u64,
-        enqueued_utc: SystemTime,
-        expiry_utc: SystemTime,
-        now: Now,
-    ) -> Stored {
-        let left = expiry_utc.duration_since(now.utc).unwrap_or_default();
-        Stored {
-            sequence_number,
-            topic: devicebound_topic(device_id, &message, expiry_utc),
-            message,
-            enqueued_utc,
-            expiry_utc,
-            expires_at: now.instant + left,
-        }
-    }
-
-    pub fn payload(&self) -> Bytes {
-        self.message.payload.clone()
-    }
-}
+pub(crate) use lock_token::new_guid;
+use lock_token::{format_token, new_token, parse_token};
+pub(crate) use stored::{Stored, store};
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
+use crate::iothub::domain::message::Ack;
+use crate::iothub::domain::properties;
 
 fn at(base: Now, secs: u64) -> Now {
     Now {
