@@ -1,11 +1,16 @@
 //! [`AdminClient`]: the HTTP admin API from Rust (what `mqstate iothub ...` uses), for a hub
-//! running in another process. One request per connection: simple, and plenty for an admin API.
+//! running in another process. Requests go through hyper-util's client (its URL handling,
+//! connection setup and `Host` header), one connection per request: simple, plenty for an
+//! admin API, and nothing stale to reuse when the hub restarts between two requests.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 
 use super::api::{AddDeviceRequest, DeviceCredentials, PurgeResult, SendRequest};
@@ -41,9 +46,8 @@ pub enum AdminError {
 /// A client of the hub's HTTP admin API.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), mqstate_server::iothub::client::AdminError> {
-/// use mqstate_server::iothub::client::AdminClient;
-/// use mqstate_server::iothub::http::SendRequest;
+/// # async fn demo() -> Result<(), mqstate_server::iothub::admin::AdminError> {
+/// use mqstate_server::iothub::admin::{AdminClient, SendRequest};
 ///
 /// let admin = AdminClient::new("http://127.0.0.1:8880")?;
 /// admin.add_device("dev1", None).await?;
@@ -54,9 +58,9 @@ pub enum AdminError {
 #[derive(Debug, Clone)]
 pub struct AdminClient {
     url: String,
-    authority: String,
     /// `Authorization: Bearer` value, for a server that asks for credentials.
     token: Option<String>,
+    client: Client<HttpConnector, Full<Bytes>>,
 }
 
 impl AdminClient {
@@ -66,17 +70,25 @@ impl AdminClient {
             url: url.to_owned(),
             message: message.to_owned(),
         };
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| transport("only http:// URLs are supported"))?;
-        let authority = rest.trim_end_matches('/');
-        if authority.is_empty() || authority.contains('/') {
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| transport("expected http://host:port"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(transport("only http:// URLs are supported"));
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(transport("expected http://host:port"));
+        };
+        if authority.host().is_empty() || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(transport("expected http://host:port"));
         }
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build_http();
         Ok(AdminClient {
-            url: url.trim_end_matches('/').to_owned(),
-            authority: authority.to_owned(),
+            url: format!("http://{authority}"),
             token: None,
+            client,
         })
     }
 
@@ -105,23 +117,9 @@ impl AdminClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), AdminError> {
-        let addr = if self.authority.contains(':') {
-            self.authority.clone()
-        } else {
-            format!("{}:80", self.authority)
-        };
-        let stream = tokio::net::TcpStream::connect(&addr)
-            .await
-            .map_err(|e| self.transport(format!("cannot connect: {e}")))?;
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(|e| self.transport(e))?;
-        let driver = tokio::spawn(connection);
         let mut request = Request::builder()
             .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, &self.authority)
+            .uri(format!("{}{path}", self.url))
             .header(hyper::header::CONTENT_TYPE, "application/json");
         if let Some(token) = &self.token {
             request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
@@ -129,10 +127,15 @@ impl AdminClient {
         let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.transport(e))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| self.transport(e))?;
+        let response = self.client.request(request).await.map_err(|e| {
+            // The legacy client's error says "client error (Connect)"; its source says why.
+            let why = std::error::Error::source(&e).map_or_else(String::new, |s| format!(": {s}"));
+            if e.is_connect() {
+                self.transport(format!("cannot connect{why}"))
+            } else {
+                self.transport(format!("{e}{why}"))
+            }
+        })?;
         let status = response.status();
         let body = response
             .into_body()
@@ -140,7 +143,6 @@ impl AdminClient {
             .await
             .map_err(|e| self.transport(e))?
             .to_bytes();
-        driver.abort();
         if status.is_success() {
             return Ok((status, body));
         }
