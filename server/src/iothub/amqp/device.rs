@@ -30,8 +30,8 @@ use fe2o3_amqp::types::primitives::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::cbs;
 use super::convert;
+use super::receive::{self, Ended};
 use crate::iothub::IotHub;
 use crate::iothub::IotHubError;
 use crate::iothub::domain::hub::ToConnection;
@@ -351,7 +351,7 @@ pub(super) async fn serve_devicebound(
                 let sent = tokio::select! {
                     s = sender.send_batchable(sendable) => Ok(s),
                     why = member.closed() => Err(End::Closed(why)),
-                    () = cbs::expired(&mut expiry) => Err(End::Expired),
+                    () = receive::expired(&mut expiry) => Err(End::Expired),
                     _ = stop.changed() => Err(End::Stop),
                 };
                 match sent {
@@ -397,7 +397,7 @@ pub(super) async fn serve_devicebound(
             }
             _ = sender.on_detach() => break End::Detached,
             why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
+            () = receive::expired(&mut expiry) => break End::Expired,
             _ = stop.changed() => break End::Stop,
         }
     };
@@ -426,15 +426,15 @@ pub(super) async fn next_delivery(
     stop: &mut watch::Receiver<bool>,
     link: &str,
 ) -> Result<Delivery<Body<Value>>, End> {
-    let delivery = tokio::select! {
-        d = receiver.recv::<Body<Value>>() => d,
-        why = member.closed() => return Err(End::Closed(why)),
-        () = cbs::expired(expiry) => return Err(End::Expired),
-        _ = stop.changed() => return Err(End::Stop),
-    };
-    delivery.map_err(|e| {
-        tracing::debug!(device = %member.device_id, error = %e, link, "iothub amqp: device link ended");
-        End::Detached
+    let next = receive::next(receiver, stop, Some(expiry), member.closed()).await;
+    next.map_err(|ended| match ended {
+        Ended::Stop => End::Stop,
+        Ended::Expired => End::Expired,
+        Ended::Closed(why) => End::Closed(why),
+        Ended::Failed(e) => {
+            tracing::debug!(device = %member.device_id, error = %e, link, "iothub amqp: device link ended");
+            End::Detached
+        }
     })
 }
 

@@ -38,6 +38,7 @@ pub(crate) mod convert;
 mod device;
 mod devicebound;
 mod feedback;
+mod receive;
 mod twin;
 
 use std::net::SocketAddr;

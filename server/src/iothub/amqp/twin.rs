@@ -38,8 +38,8 @@ use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Binary, Symbol, Value};
 use tokio::sync::{mpsc, watch};
 
-use super::cbs;
 use super::device::{End, Member, next_delivery};
+use super::receive;
 use crate::iothub::domain::message::format_time;
 use crate::iothub::domain::queue::new_guid;
 
@@ -217,7 +217,7 @@ pub(super) async fn serve_answers(
             a = answers.recv() => a,
             _ = sender.on_detach() => break End::Detached,
             why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
+            () = receive::expired(&mut expiry) => break End::Expired,
             _ = stop.changed() => break End::Stop,
         };
         let Some(answer) = answer else {
@@ -252,7 +252,7 @@ pub(super) async fn serve_method_requests(
     let end = tokio::select! {
         _ = sender.on_detach() => End::Detached,
         why = member.closed() => End::Closed(why),
-        () = cbs::expired(&mut expiry) => End::Expired,
+        () = receive::expired(&mut expiry) => End::Expired,
         _ = stop.changed() => End::Stop,
     };
     finish_sender(end, &device_id, "method requests", sender).await;
