@@ -1,14 +1,16 @@
 //! The server's error type, [`ServerError`]: what `LocalServer::start_with` and the other
 //! entry points return. Each layer below has its own error (the broker's [`BrokerError`], the
-//! store's [`ConnectError`], the hub's [`IotHubError`]) and is converted here once; every
-//! variant keeps its cause as [`std::error::Error::source`], and its message (one line, what
-//! `mqstate serve` prints and the tests read) still names the cause's text.
+//! store's [`ConnectError`], the data dir's [`PersistError`], the hub's [`IotHubError`]) and
+//! is converted here once; every variant keeps its cause as [`std::error::Error::source`],
+//! and its message (one line, what `mqstate serve` prints and the tests read) still names
+//! the cause's text.
 
 use crate::broker::BrokerError;
 use crate::iothub::IotHubError;
+use crate::persist::PersistError;
 use crate::statestore::ConnectError;
 
-/// Why the server (or a test helper) could not start or run.
+/// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
@@ -33,22 +35,11 @@ pub enum ServerError {
     /// The local IoT Hub could not start.
     #[error("IoT Hub: {0}")]
     IotHub(#[source] IotHubError),
-    /// The `mosquitto` binary is not installed (test helper).
-    #[error(
-        "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
-    )]
-    MosquittoNotInstalled {
-        /// Where it was looked for.
-        looked_for: String,
-    },
     /// The data dir (`--data-dir`) cannot be used: not writable, locked by another server,
     /// from an incompatible version, or damaged. The message names the file; nothing in the
     /// directory was changed.
     #[error("data dir: {0}")]
-    DataDir(String),
-    /// Mosquitto started but did not accept connections (test helper).
-    #[error("mosquitto did not start: {0}")]
-    MosquittoFailed(String),
+    DataDir(#[source] PersistError),
 }
 
 impl From<IotHubError> for ServerError {
@@ -61,10 +52,10 @@ impl From<IotHubError> for ServerError {
     }
 }
 
-impl From<crate::persist::PersistError> for ServerError {
+impl From<PersistError> for ServerError {
     /// The data dir's errors (the store's and the hub's files alike).
-    fn from(e: crate::persist::PersistError) -> Self {
-        ServerError::DataDir(e.to_string())
+    fn from(e: PersistError) -> Self {
+        ServerError::DataDir(e)
     }
 }
 

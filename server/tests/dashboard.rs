@@ -1045,7 +1045,7 @@ async fn cross_site_pages_cannot_lock_feedback_with_the_operators_session() {
 /// cap, which refuses rather than evicts, is tested in `server/src/web/auth.rs`.)
 #[tokio::test]
 async fn logins_beyond_a_users_cap_end_only_that_users_oldest_session() {
-    use mqstate_server::web::auth::MAX_SESSIONS_PER_USER;
+    use mqstate_server::web::MAX_SESSIONS_PER_USER;
     let dir = tempfile::tempdir().unwrap();
     let passwd = dir.path().join("passwd");
     mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();

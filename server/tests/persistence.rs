@@ -24,7 +24,7 @@ use redb::ReadableDatabase;
 
 fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
     match result {
-        Err(ServerError::DataDir(text)) => text,
+        Err(ServerError::DataDir(e)) => e.to_string(),
         Err(other) => panic!("expected a data dir error, got {other}"),
         Ok(_) => panic!("the server started"),
     }

@@ -18,7 +18,7 @@
 //! ```
 
 mod passwd;
-mod provider;
+pub(crate) mod provider;
 mod rules;
 mod tokens;
 
@@ -27,11 +27,10 @@ use std::path::PathBuf;
 
 #[cfg(unix)]
 pub(crate) use passwd::is_loose;
+pub use passwd::set_password;
 pub(crate) use passwd::write_private_file;
-pub use passwd::{hash_password, loose_permissions, set_password};
-pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};
-pub use rules::{Access, Rule, RuleSet, Subject, filter_within};
-pub use tokens::TokenSet;
+pub(crate) use passwd::{hash_password, loose_permissions};
+pub use provider::{AccessControl, STORE_USER};
 
 use crate::error::ServerError;
 
@@ -65,7 +64,7 @@ pub struct SecurityConfig {
     /// Accepted K8S-SAT tokens, one per line (optionally followed by a user name); when set,
     /// clients may authenticate with the `K8S-SAT` enhanced authentication method.
     pub sat_file: Option<PathBuf>,
-    /// Extra permissions beyond the client's own topics (see [`RuleSet`]).
+    /// Extra permissions beyond the client's own topics (a rule file: docs/security.md).
     pub rules_file: Option<PathBuf>,
     /// Allow a non-loopback bind without TLS or without authentication.
     pub insecure: bool,
@@ -140,7 +139,7 @@ pub(crate) fn random_secret(what: &str) -> Result<String, ServerError> {
 impl SecurityConfig {
     /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its admin API
     /// (and the dashboard on the same server) speak plain HTTP, so the access token they ask
-    /// for there ([`crate::web::auth`]), device keys and key values would cross the network
+    /// for there (`web::auth`), device keys and key values would cross the network
     /// unencrypted, even when the device endpoint has TLS.
     pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
         if hub.bind.is_loopback() || self.insecure {

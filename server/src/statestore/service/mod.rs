@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mqstate::protocol::topics::REQUEST_TOPIC;
-use rumqttc::v5::mqttbytes::v5::Publish;
 use rumqttc::v5::{AsyncClient, MqttOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -38,6 +37,8 @@ use crate::statestore::error::ConnectError;
 use crate::statestore::handler::HandlerConfig;
 use crate::statestore::reconnect::StoreReconnect;
 use poll::{PollSettings, poll_loop};
+use reply::Publisher;
+use request::Admission;
 use task::StoreTask;
 
 mod poll;
@@ -45,27 +46,9 @@ mod reply;
 mod request;
 mod task;
 
-// The protocol's property names and fixed values, defined once in the core
-// (`mqstate::protocol::properties`) and used by the client and this server alike; kept here
-// under their earlier names.
-/// The content type of requests, responses and notifications.
-pub use mqstate::protocol::properties::CONTENT_TYPE;
-/// `__ft`.
-pub use mqstate::protocol::properties::FENCING_TOKEN as FENCING_TOKEN_PROPERTY;
-/// The protocol version the server speaks.
-pub use mqstate::protocol::properties::PROTOCOL_VERSION;
-/// `__protVer`.
-pub use mqstate::protocol::properties::PROTOCOL_VERSION_PROPERTY;
-/// `__srcId`.
-pub use mqstate::protocol::properties::SOURCE_ID as SOURCE_ID_PROPERTY;
-/// `__stat`: the status property on every response.
-pub use mqstate::protocol::properties::STATUS as STATUS_PROPERTY;
-/// `__ts`.
-pub use mqstate::protocol::properties::TIMESTAMP as TIMESTAMP_PROPERTY;
-
 /// The session expiry the store asks for: the broker keeps its session (its subscription and
 /// the requests queued for it) across a broker restart or a dropped connection this long.
-pub const DEFAULT_SESSION_EXPIRY: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_SESSION_EXPIRY: Duration = Duration::from_secs(300);
 
 /// How many unacknowledged QoS 1 messages the broker may have out to the store.
 const RECEIVE_MAXIMUM: u16 = 1024;
@@ -79,15 +62,11 @@ const INPUT_CAPACITY: usize = 4 * RECEIVE_MAXIMUM as usize;
 pub const DEFAULT_MAX_PACKET_SIZE: u32 = 16 * 1024 * 1024;
 
 /// The largest packet MQTT can carry (256 MiB less one byte).
-pub const MQTT_MAX_PACKET_SIZE: u32 = 268_435_455;
-
-/// Room for the fixed header, topic and properties of a response, on top of its payload,
-/// when checking it against the maximum packet size.
-const PACKET_OVERHEAD: usize = 1024;
+pub(crate) const MQTT_MAX_PACKET_SIZE: u32 = 268_435_455;
 
 /// Settings of the state store client.
 #[derive(Debug, Clone)]
-pub struct ServiceConfig {
+pub(crate) struct ServiceConfig {
     /// The broker's host.
     pub host: String,
     /// The broker's port.
@@ -143,7 +122,7 @@ pub struct ServiceConfig {
 
 impl ServiceConfig {
     /// Settings for a broker at `host:port`, everything else default.
-    pub fn new(host: impl Into<String>, port: u16) -> Self {
+    pub(crate) fn new(host: impl Into<String>, port: u16) -> Self {
         ServiceConfig {
             host: host.into(),
             port,
@@ -168,7 +147,7 @@ impl ServiceConfig {
 }
 
 /// A random instance id: 16 hex digits.
-pub fn new_instance_id() -> String {
+pub(crate) fn new_instance_id() -> String {
     format!("{:016x}", random_u64())
 }
 
@@ -193,17 +172,9 @@ fn random_u64() -> u64 {
     }
 }
 
-/// What the store task receives from the event loop task.
-enum Input {
-    /// A message on the request topic (or any topic other than the log topics).
-    Request(Publish),
-    /// A line of Mosquitto's log (acknowledged by the store task too).
-    Log(Publish),
-}
-
 /// A running state store client; dropping it stops it.
 #[derive(Debug)]
-pub struct Service {
+pub(crate) struct Service {
     client: AsyncClient,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -213,7 +184,7 @@ impl Service {
     /// Connects to the broker, subscribes to the request topic and starts answering. Returns
     /// once the subscription is acknowledged. `broker_events` carries the embedded broker's
     /// connection events (none with an external broker).
-    pub async fn start(
+    pub(crate) async fn start(
         config: ServiceConfig,
         broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
     ) -> Result<Service, ServerError> {
@@ -281,14 +252,19 @@ impl Service {
             dedup: DedupCache::new(config.dedup),
             node_id: Arc::from(handler_node_id.as_str()),
             client: client.clone(),
-            trust_broker_client_id: config.trust_broker_client_id,
-            max_packet_size: limit,
-            disconnector: config.disconnector.clone(),
-            own_id: config.client_id.clone(),
-            instance_id: config.instance_id.clone(),
+            admission: Admission {
+                trust_broker_client_id: config.trust_broker_client_id,
+                disconnector: config.disconnector.clone(),
+                own_id: config.client_id.clone(),
+                confine_response_topics: config.confine_response_topics,
+            },
+            publisher: Publisher {
+                client: client.clone(),
+                max_packet_size: limit,
+                instance_id: config.instance_id.clone(),
+            },
             persistence: config.persistence.clone(),
             outbox: Vec::new(),
-            confine_response_topics: config.confine_response_topics,
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {
@@ -325,7 +301,7 @@ impl Service {
     }
 
     /// Disconnects from the broker and stops both tasks (waiting a few seconds at most).
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         self.stop();
         // Give the event loop a moment to send DISCONNECT.
         for task in self.tasks.drain(..) {

@@ -11,14 +11,23 @@ use std::time::Duration;
 use mqstate::protocol::instance::INSTANCE_TOPIC;
 use mqstate::protocol::topics::REQUEST_TOPIC;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{DisconnectReasonCode, Filter, Packet, SubscribeReasonCode};
+use rumqttc::v5::mqttbytes::v5::{
+    DisconnectReasonCode, Filter, Packet, Publish, SubscribeReasonCode,
+};
 use rumqttc::v5::{AsyncClient, Event, EventLoop};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::Input;
 use crate::statestore::mosquitto_log;
 use crate::statestore::reconnect::StoreReconnect;
+
+/// What the store task receives from the event loop task.
+pub(super) enum Input {
+    /// A message on the request topic (or any topic other than the log topics).
+    Request(Publish),
+    /// A line of Mosquitto's log (acknowledged by the store task too).
+    Log(Publish),
+}
 
 pub(super) struct PollSettings {
     pub(super) watch_mosquitto_log: bool,

@@ -1,22 +1,26 @@
-//! Replies and notifications on the wire: the response's properties (`__stat`, `__protVer`,
-//! `__ts`, the instance), the notifications' properties, the check against the maximum
-//! packet size, and caching each answer for duplicates.
+//! Replies and notifications on the wire ([`Publisher`]): the response's properties
+//! (`__stat`, `__protVer`, `__ts`, the instance), the notifications' properties, and the check
+//! against the maximum packet size; and [`Reply`], an answer waiting to be sent.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use mqstate::protocol::instance::INSTANCE_PROPERTY;
+use mqstate::protocol::properties::{
+    CONTENT_TYPE, PROTOCOL_VERSION, PROTOCOL_VERSION_PROPERTY, STATUS as STATUS_PROPERTY,
+    TIMESTAMP as TIMESTAMP_PROPERTY,
+};
+use rumqttc::v5::AsyncClient;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
 use super::request::RequestKind;
-use super::task::StoreTask;
-use super::{
-    CONTENT_TYPE, PACKET_OVERHEAD, PROTOCOL_VERSION, PROTOCOL_VERSION_PROPERTY, STATUS_PROPERTY,
-    TIMESTAMP_PROPERTY,
-};
-use crate::statestore::dedup::{CachedAnswer, DedupCache};
 use crate::statestore::handler::{Answer, Notification};
+
+/// Room for the fixed header, topic and properties of a response, on top of its payload,
+/// when checking it against the maximum packet size.
+const PACKET_OVERHEAD: usize = 1024;
 
 /// An answer ready to send, with what it takes to send it (or answer again).
 pub(super) struct Reply {
@@ -30,32 +34,16 @@ pub(super) struct Reply {
     pub(super) kind: RequestKind,
 }
 
-impl StoreTask {
-    /// Sends an answer and its notifications, and caches it for duplicates.
-    pub(super) async fn send_reply(&mut self, reply: Reply) {
-        let Reply {
-            response_topic,
-            correlation,
-            message_expiry,
-            answer,
-            notifications,
-            dedup_id,
-            kind: _,
-        } = reply;
-        self.respond(&response_topic, &correlation, message_expiry, &answer)
-            .await;
-        self.publish_notifications(notifications).await;
-        let size = DedupCache::<CachedAnswer>::entry_size(&correlation, answer.payload.len());
-        let cached = CachedAnswer::of(answer, &self.node_id);
-        self.dedup.insert(
-            &dedup_id,
-            correlation,
-            cached,
-            size,
-            std::time::Instant::now(),
-        );
-    }
+/// Publishes the store's responses and notifications.
+pub(super) struct Publisher {
+    pub(super) client: AsyncClient,
+    /// The largest packet that may be sent (ours and the broker's limit).
+    pub(super) max_packet_size: Arc<AtomicUsize>,
+    /// This store instance's id, on every response and notification.
+    pub(super) instance_id: String,
+}
 
+impl Publisher {
     pub(super) async fn respond(
         &self,
         topic: &str,

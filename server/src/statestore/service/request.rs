@@ -6,11 +6,12 @@ use bytes::Bytes;
 use mqstate::protocol::topics::{self, REQUEST_TOPIC, TopicError};
 use rumqttc::v5::mqttbytes::v5::{Publish, PublishProperties};
 
-use super::reply::Reply;
-use super::task::{Deferred, StoreTask};
-use super::{FENCING_TOKEN_PROPERTY, SOURCE_ID_PROPERTY, TIMESTAMP_PROPERTY};
-use crate::broker::CLIENT_ID_PROPERTY;
-use crate::statestore::handler::RequestContext;
+use mqstate::protocol::properties::{
+    FENCING_TOKEN as FENCING_TOKEN_PROPERTY, SOURCE_ID as SOURCE_ID_PROPERTY,
+    TIMESTAMP as TIMESTAMP_PROPERTY,
+};
+
+use crate::broker::{CLIENT_ID_PROPERTY, Disconnector};
 
 pub(super) enum RequestKind {
     /// A GET of this key: answered again from the restored state.
@@ -37,15 +38,15 @@ impl RequestKind {
 
 /// The properties of a request, as received.
 #[derive(Default)]
-struct RequestProps {
-    response_topic: Option<String>,
-    correlation: Option<Bytes>,
-    message_expiry: Option<u32>,
-    timestamp: Option<String>,
-    fencing_token: Option<String>,
-    source_id: Option<String>,
-    broker_client_id: Option<String>,
-    persist: bool,
+pub(super) struct RequestProps {
+    pub(super) response_topic: Option<String>,
+    pub(super) correlation: Option<Bytes>,
+    pub(super) message_expiry: Option<u32>,
+    pub(super) timestamp: Option<String>,
+    pub(super) fencing_token: Option<String>,
+    pub(super) source_id: Option<String>,
+    pub(super) broker_client_id: Option<String>,
+    pub(super) persist: bool,
 }
 
 impl RequestProps {
@@ -76,16 +77,55 @@ impl RequestProps {
     }
 }
 
-impl StoreTask {
-    pub(super) async fn on_request(&mut self, publish: Publish) {
+/// The checks a request passes before it is executed, with what they need to know.
+pub(super) struct Admission {
+    /// The broker's client id property is the sender's (the embedded broker sets it).
+    pub(super) trust_broker_client_id: bool,
+    /// Disconnects a client of the embedded broker that broke the rules.
+    pub(super) disconnector: Option<Disconnector>,
+    /// The store's own client id.
+    pub(super) own_id: String,
+    /// Every client must use response topics of its own (the broker authenticates).
+    pub(super) confine_response_topics: bool,
+}
+
+/// A request that passed the checks.
+pub(super) struct Admitted {
+    pub(super) payload: Bytes,
+    pub(super) props: RequestProps,
+    pub(super) response_topic: String,
+    pub(super) correlation: Bytes,
+    trust_broker_client_id: bool,
+}
+
+impl Admitted {
+    /// Who asks: the broker's client id when it is trusted, else the request's `__srcId`.
+    pub(super) fn client_id(&self) -> Option<&str> {
+        if self.trust_broker_client_id {
+            self.props
+                .broker_client_id
+                .as_deref()
+                .or(self.props.source_id.as_deref())
+        } else {
+            self.props.source_id.as_deref()
+        }
+    }
+}
+
+impl Admission {
+    /// The request, if it is to be executed: on the request topic, not retained, with a
+    /// response topic that is valid, not forbidden and (when confined) the client's own,
+    /// and with correlation data. Anything else is dropped with a log line, and a client
+    /// that names a forbidden or another client's response topic is disconnected.
+    pub(super) fn admit(&self, publish: Publish) -> Option<Admitted> {
         if publish.topic != REQUEST_TOPIC.as_bytes() {
             tracing::debug!(topic = ?publish.topic, "ignored a message on another topic");
-            return;
+            return None;
         }
         if publish.retain {
             // A retained request would be executed again at every (re)subscription.
             tracing::warn!("retained request: not executed, dropped");
-            return;
+            return None;
         }
         let payload = publish.payload;
         let props = RequestProps::from(publish.properties);
@@ -102,7 +142,7 @@ impl StoreTask {
                 client_id,
                 "request without a response topic: not executed, dropped"
             );
-            return;
+            return None;
         };
         if let Err(e) = topics::validate_response_topic(response_topic) {
             if matches!(e, TopicError::RequestTopic | TopicError::ReservedPrefix) {
@@ -125,12 +165,12 @@ impl StoreTask {
             } else {
                 tracing::warn!(client_id, error = %e, "request with an invalid response topic: not executed, dropped");
             }
-            return;
+            return None;
         }
         if self.confine_response_topics
             && let Some(id) = props.broker_client_id.as_deref()
             && id != self.own_id
-            && !crate::security::owns_topic(id, response_topic)
+            && !crate::security::provider::owns_topic(id, response_topic)
         {
             tracing::warn!(
                 client_id = id,
@@ -140,7 +180,7 @@ impl StoreTask {
             if let Some(disconnector) = &self.disconnector {
                 disconnector.disconnect(id);
             }
-            return;
+            return None;
         }
         let Some(correlation) = props.correlation.clone() else {
             tracing::warn!(
@@ -148,47 +188,14 @@ impl StoreTask {
                 response_topic,
                 "request without correlation data: not executed, dropped"
             );
-            return;
+            return None;
         };
-        // Duplicates are recognised by (client id, correlation data); without a client id the
-        // response topic stands in for it.
-        let dedup_id = client_id.unwrap_or(response_topic).to_owned();
-        let now = std::time::Instant::now();
-        if let Some(answer) = self.dedup.get(&dedup_id, &correlation, now) {
-            tracing::debug!(client_id = %dedup_id, "duplicate request answered from the cache");
-            let answer = answer.answer();
-            self.respond(response_topic, &correlation, props.message_expiry, &answer)
-                .await;
-            return;
-        }
-        let persist = self
-            .persistence
-            .as_ref()
-            .is_some_and(|p| p.persists(props.persist));
-        let ctx = RequestContext {
-            client_id,
-            timestamp: props.timestamp.as_deref(),
-            fencing_token: props.fencing_token.as_deref(),
-            persist,
-        };
-        let outcome = self.handler.handle(&ctx, &payload, now);
-        let reply = Reply {
+        Some(Admitted {
+            payload,
             response_topic: response_topic.to_owned(),
             correlation,
-            message_expiry: props.message_expiry,
-            answer: outcome.answer,
-            notifications: outcome.notifications,
-            dedup_id,
-            kind: if self.persistence.is_some() {
-                RequestKind::of(&payload)
-            } else {
-                RequestKind::Other
-            },
-        };
-        if self.batch_open() {
-            self.outbox.push(Deferred::Reply(Box::new(reply)));
-        } else {
-            self.send_reply(reply).await;
-        }
+            props,
+            trust_broker_client_id: self.trust_broker_client_id,
+        })
     }
 }

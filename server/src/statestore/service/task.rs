@@ -4,7 +4,6 @@
 //! expired keys, and batches what waits for a group commit of the data dir.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use bytes::Bytes;
 use rumqttc::v5::AsyncClient;
@@ -13,13 +12,13 @@ use rumqttc::v5::mqttbytes::v5::Publish;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::Input;
-use super::reply::Reply;
-use super::request::RequestKind;
-use crate::broker::{BrokerEvent, Disconnector};
+use super::poll::Input;
+use super::reply::{Publisher, Reply};
+use super::request::{Admission, RequestKind};
+use crate::broker::BrokerEvent;
 use crate::persist::{MAX_BATCH, Persistence};
 use crate::statestore::dedup::{CachedAnswer, DedupCache};
-use crate::statestore::handler::{Answer, Handler, Notification};
+use crate::statestore::handler::{Answer, Handler, Notification, RequestContext};
 use crate::statestore::mosquitto_log;
 use crate::statestore::observer::KeyQuery;
 
@@ -28,14 +27,12 @@ pub(super) struct StoreTask {
     pub(super) dedup: DedupCache<CachedAnswer>,
     /// The node id of the server's versions, shared by the cached answers.
     pub(super) node_id: Arc<str>,
+    /// For acknowledging requests.
     pub(super) client: AsyncClient,
-    pub(super) trust_broker_client_id: bool,
-    /// The largest packet that may be sent (ours and the broker's limit).
-    pub(super) max_packet_size: Arc<AtomicUsize>,
-    pub(super) disconnector: Option<Disconnector>,
-    pub(super) own_id: String,
-    pub(super) instance_id: String,
-    pub(super) confine_response_topics: bool,
+    /// The checks every request passes first.
+    pub(super) admission: Admission,
+    /// Sends responses and notifications.
+    pub(super) publisher: Publisher,
     /// The data dir, if any.
     pub(super) persistence: Option<Persistence>,
     /// What waits for the group commit in progress (see [`persist`]), in order.
@@ -76,7 +73,7 @@ impl StoreTask {
                     if self.batch_open() {
                         self.outbox.push(Deferred::Notifications(notifications));
                     } else {
-                        self.publish_notifications(notifications).await;
+                        self.publisher.publish_notifications(notifications).await;
                     }
                 }
                 request = input.recv() => match request {
@@ -159,7 +156,7 @@ impl StoreTask {
                 }
                 Deferred::Reply(reply) => self.send_reply(*reply).await,
                 Deferred::Notifications(_) if failed => {}
-                Deferred::Notifications(n) => self.publish_notifications(n).await,
+                Deferred::Notifications(n) => self.publisher.publish_notifications(n).await,
                 Deferred::Ack(publish) => self.send_ack(publish).await,
             }
         }
@@ -192,6 +189,85 @@ impl StoreTask {
                 self.handler.client_disconnected(&id);
             }
         }
+    }
+
+    /// Executes a request that passes the checks of [`Admission`](super::request::Admission),
+    /// unless it is a duplicate (answered from the cache), and sends or batches its reply.
+    async fn on_request(&mut self, publish: Publish) {
+        let Some(request) = self.admission.admit(publish) else {
+            return;
+        };
+        let client_id = request.client_id();
+        let response_topic = request.response_topic.as_str();
+        let props = &request.props;
+        let correlation = request.correlation.clone();
+        // Duplicates are recognised by (client id, correlation data); without a client id the
+        // response topic stands in for it.
+        let dedup_id = client_id.unwrap_or(response_topic).to_owned();
+        let now = std::time::Instant::now();
+        if let Some(answer) = self.dedup.get(&dedup_id, &correlation, now) {
+            tracing::debug!(client_id = %dedup_id, "duplicate request answered from the cache");
+            let answer = answer.answer();
+            self.publisher
+                .respond(response_topic, &correlation, props.message_expiry, &answer)
+                .await;
+            return;
+        }
+        let persist = self
+            .persistence
+            .as_ref()
+            .is_some_and(|p| p.persists(props.persist));
+        let ctx = RequestContext {
+            client_id,
+            timestamp: props.timestamp.as_deref(),
+            fencing_token: props.fencing_token.as_deref(),
+            persist,
+        };
+        let outcome = self.handler.handle(&ctx, &request.payload, now);
+        let reply = Reply {
+            response_topic: response_topic.to_owned(),
+            correlation,
+            message_expiry: props.message_expiry,
+            answer: outcome.answer,
+            notifications: outcome.notifications,
+            dedup_id,
+            kind: if self.persistence.is_some() {
+                RequestKind::of(&request.payload)
+            } else {
+                RequestKind::Other
+            },
+        };
+        if self.batch_open() {
+            self.outbox.push(Deferred::Reply(Box::new(reply)));
+        } else {
+            self.send_reply(reply).await;
+        }
+    }
+
+    /// Sends an answer and its notifications, and caches it for duplicates.
+    async fn send_reply(&mut self, reply: Reply) {
+        let Reply {
+            response_topic,
+            correlation,
+            message_expiry,
+            answer,
+            notifications,
+            dedup_id,
+            kind: _,
+        } = reply;
+        self.publisher
+            .respond(&response_topic, &correlation, message_expiry, &answer)
+            .await;
+        self.publisher.publish_notifications(notifications).await;
+        let size = DedupCache::<CachedAnswer>::entry_size(&correlation, answer.payload.len());
+        let cached = CachedAnswer::of(answer, &self.node_id);
+        self.dedup.insert(
+            &dedup_id,
+            correlation,
+            cached,
+            size,
+            std::time::Instant::now(),
+        );
     }
 }
 

@@ -12,16 +12,6 @@
 //! bounded by activity, not by the store's size: the leases (keys last set with `NEX` and
 //! `PX`, a handful), the clients, the last 200 changes and five minutes of metrics. It only
 //! exists when the dashboard is on.
-//!
-//! ```
-//! use bytes::Bytes;
-//! use mqstate_server::dashboard::{ChangeKind, Monitor};
-//!
-//! let monitor = Monitor::new();
-//! let mut feed = monitor.subscribe();
-//! monitor.key_deleted(&Bytes::from_static(b"k"), None, ChangeKind::Expire);
-//! assert_eq!(feed.try_recv().unwrap().kind, ChangeKind::Expire);
-//! ```
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,7 +28,7 @@ use crate::statestore::store::Entry;
 /// How many changes the page gets when it (re)connects, and how many a slow page may lag.
 const FEED_BACKLOG: usize = 200;
 /// How long the metrics look back (one bucket per second).
-pub const METRICS_WINDOW_SECS: u64 = 300;
+pub(crate) const METRICS_WINDOW_SECS: u64 = 300;
 /// At most this many latency samples are kept per second; beyond it every other sample is
 /// dropped (the p99 of a busy second is then that of a regular sample of it).
 const MAX_SAMPLES_PER_SECOND: usize = 4096;
@@ -53,7 +43,7 @@ const QUERY_WAIT: Duration = Duration::from_secs(5);
 /// What happened to a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ChangeKind {
+pub(crate) enum ChangeKind {
     /// A SET was applied.
     Set,
     /// DEL or VDEL deleted the key.
@@ -65,7 +55,7 @@ pub enum ChangeKind {
 /// One entry of the live feed (JSON for the page).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Change {
+pub(crate) struct Change {
     /// Increases by one per change, from 1.
     pub seq: u64,
     /// When the store applied it (RFC 3339, milliseconds).
@@ -90,7 +80,7 @@ pub struct Change {
 /// One key as the page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KeyView {
+pub(crate) struct KeyView {
     /// The key, as text or hex.
     pub key: String,
     /// `text` or `hex`.
@@ -115,7 +105,7 @@ pub struct KeyView {
 
 impl KeyView {
     /// The view of a stored key; `lease` says its last SET was `NEX` with `PX`.
-    pub fn of(key: &[u8], entry: &Entry, lease: bool, now: Instant) -> KeyView {
+    pub(crate) fn of(key: &[u8], entry: &Entry, lease: bool, now: Instant) -> KeyView {
         let (key, key_encoding) = display(key, usize::MAX);
         let (value, value_encoding) = display(&entry.value, VALUE_PREVIEW);
         KeyView {
@@ -137,7 +127,7 @@ impl KeyView {
 /// One page of the key table: keys read from the store by a scan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KeysPage {
+pub(crate) struct KeysPage {
     /// The keys of this page, in byte order.
     pub keys: Vec<KeyView>,
     /// The continuation token of the next page, as hex (`None` on the last page).
@@ -148,7 +138,7 @@ pub struct KeysPage {
 
 /// Why a key-table query got no page.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
+pub(crate) enum QueryError {
     /// The pattern or the token was refused (the text says why).
     #[error("{0}")]
     Invalid(String),
@@ -160,7 +150,7 @@ pub enum QueryError {
 /// A lease or lock: a key last set with `NEX` and `PX`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LeaseView {
+pub(crate) struct LeaseView {
     /// The lock's key.
     pub key: String,
     /// The holder: the value the holder wrote (its name).
@@ -174,7 +164,7 @@ pub struct LeaseView {
 /// A client the store knows of, with its KEYNOTIFY registrations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClientView {
+pub(crate) struct ClientView {
     /// The MQTT client id.
     pub client_id: String,
     /// Open connections (0 when only known from a KEYNOTIFY, with an external broker).
@@ -186,7 +176,7 @@ pub struct ClientView {
 /// Requests per second and their p99 latency, one point per second, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MetricsView {
+pub(crate) struct MetricsView {
     /// Seconds covered.
     pub window_secs: u64,
     /// Requests handled in each second.
@@ -244,7 +234,7 @@ struct Inner {
 /// The store hook of the dashboard; cheap to clone. See the docs of the (private)
 /// `dashboard::monitor` module, and [`crate::dashboard`].
 #[derive(Debug, Clone)]
-pub struct Monitor {
+pub(crate) struct Monitor {
     inner: Arc<Inner>,
 }
 
@@ -256,7 +246,7 @@ impl Default for Monitor {
 
 impl Monitor {
     /// An empty monitor (attach it with `HandlerConfig::observer`).
-    pub fn new() -> Monitor {
+    pub(crate) fn new() -> Monitor {
         let (feed, _) = broadcast::channel(FEED_BACKLOG);
         let (queries, query_receiver) = mpsc::channel(QUERY_BACKLOG);
         Monitor {
@@ -286,12 +276,12 @@ impl Monitor {
     }
 
     /// Whether the key's last SET was `NEX` with `PX` (a lease or lock).
-    pub fn is_lease(&self, key: &[u8]) -> bool {
+    pub(crate) fn is_lease(&self, key: &[u8]) -> bool {
         self.state().leases.contains_key(key)
     }
 
     /// A SET was applied; `entry` is the key as stored now, `lease` says it was `NEX` + `PX`.
-    pub fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
+    pub(crate) fn key_set(&self, key: &Bytes, entry: &Entry, lease: bool) {
         let mut state = self.state();
         if lease {
             // Copies: the request's key and value are slices of the received packet, which
@@ -319,7 +309,7 @@ impl Monitor {
     }
 
     /// The key was deleted (`Delete`, with the server clock of the deletion) or expired.
-    pub fn key_deleted(&self, key: &Bytes, version: Option<&Hlc>, kind: ChangeKind) {
+    pub(crate) fn key_deleted(&self, key: &Bytes, version: Option<&Hlc>, kind: ChangeKind) {
         let mut state = self.state();
         state.leases.remove(&key[..]);
         self.push(&mut state, kind, key, None, version);
@@ -358,7 +348,7 @@ impl Monitor {
     }
 
     /// A connection of `client_id` opened.
-    pub fn client_connected(&self, client_id: &str) {
+    pub(crate) fn client_connected(&self, client_id: &str) {
         self.state()
             .clients
             .entry(client_id.to_owned())
@@ -367,7 +357,7 @@ impl Monitor {
     }
 
     /// A connection of `client_id` closed; with its last one, its registrations are gone too.
-    pub fn client_disconnected(&self, client_id: &str) {
+    pub(crate) fn client_disconnected(&self, client_id: &str) {
         let mut state = self.state();
         if let Some(client) = state.clients.get_mut(client_id) {
             client.connections = client.connections.saturating_sub(1);
@@ -378,7 +368,7 @@ impl Monitor {
     }
 
     /// `client_id` registered (`observing`) or stopped observing `key`.
-    pub fn keynotify(&self, client_id: &str, key: &Bytes, observing: bool) {
+    pub(crate) fn keynotify(&self, client_id: &str, key: &Bytes, observing: bool) {
         let mut state = self.state();
         if observing {
             state
@@ -396,7 +386,7 @@ impl Monitor {
     }
 
     /// One request was handled in `took`.
-    pub fn request_handled(&self, took: Duration) {
+    pub(crate) fn request_handled(&self, took: Duration) {
         let index = self.inner.started.elapsed().as_secs();
         let micros = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
         let mut state = self.state();
@@ -428,31 +418,33 @@ impl Monitor {
     }
 
     /// A receiver of every change from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+    #[cfg(test)]
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.inner.feed.subscribe()
     }
 
     /// The last changes (at most 200), oldest first.
-    pub fn recent_changes(&self) -> Vec<Change> {
+    #[cfg(test)]
+    pub(crate) fn recent_changes(&self) -> Vec<Change> {
         self.state().recent.iter().cloned().collect()
     }
 
     /// The recent changes and a receiver of the ones after them, with nothing lost between.
-    pub fn recent_and_subscribe(&self) -> (Vec<Change>, broadcast::Receiver<Change>) {
+    pub(crate) fn recent_and_subscribe(&self) -> (Vec<Change>, broadcast::Receiver<Change>) {
         let state = self.state();
         let rx = self.inner.feed.subscribe();
         (state.recent.iter().cloned().collect(), rx)
     }
 
     /// How many keys the store holds, asked of the store's task.
-    pub async fn key_count(&self) -> Result<usize, QueryError> {
+    pub(crate) async fn key_count(&self) -> Result<usize, QueryError> {
         let (reply, answer) = oneshot::channel();
         self.ask(KeyQuery::Count(reply), answer).await
     }
 
     /// One page of the keys matching the glob `pattern`, read from the store by the store's
     /// task, after `token` (the `next` of the page before; `None` for the first page).
-    pub async fn keys_page(
+    pub(crate) async fn keys_page(
         &self,
         pattern: Bytes,
         token: Option<Bytes>,
@@ -504,7 +496,7 @@ impl Monitor {
     }
 
     /// The leases and locks: keys last set with `NEX` and `PX`, still alive.
-    pub fn leases(&self) -> Vec<LeaseView> {
+    pub(crate) fn leases(&self) -> Vec<LeaseView> {
         let now = Instant::now();
         self.state()
             .leases
@@ -522,7 +514,7 @@ impl Monitor {
     }
 
     /// The clients: connected ones and any with KEYNOTIFY registrations.
-    pub fn clients(&self) -> Vec<ClientView> {
+    pub(crate) fn clients(&self) -> Vec<ClientView> {
         self.state()
             .clients
             .iter()
@@ -535,7 +527,7 @@ impl Monitor {
     }
 
     /// Requests per second and p99 latency over the last [`METRICS_WINDOW_SECS`] seconds.
-    pub fn metrics(&self) -> MetricsView {
+    pub(crate) fn metrics(&self) -> MetricsView {
         let now = self.inner.started.elapsed().as_secs();
         let first = (now + 1).saturating_sub(METRICS_WINDOW_SECS);
         let points = usize::try_from(now + 1 - first).unwrap_or(0);
@@ -618,7 +610,7 @@ fn p99(samples: &[u32]) -> u64 {
 }
 
 /// Bytes as UTF-8 text when they are printable text, else as hex; cut at `limit` bytes.
-pub fn display(bytes: &[u8], limit: usize) -> (String, &'static str) {
+pub(crate) fn display(bytes: &[u8], limit: usize) -> (String, &'static str) {
     let cut = bytes.get(..limit).unwrap_or(bytes);
     match std::str::from_utf8(bytes) {
         Ok(text)
@@ -640,83 +632,4 @@ pub fn display(bytes: &[u8], limit: usize) -> (String, &'static str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(value: &'static [u8], expires_at: Option<Instant>) -> Entry {
-        Entry {
-            value: Bytes::from_static(value),
-            version: Hlc::new(5, 0, "StateStore"),
-            fencing_token: None,
-            expires_at,
-            persist: false,
-        }
-    }
-
-    #[test]
-    fn key_views_leases_and_feed() {
-        let m = Monitor::new();
-        let mut rx = m.subscribe();
-        let later = Instant::now() + Duration::from_secs(60);
-        m.key_set(&Bytes::from_static(b"app/a"), &entry(b"1", None), false);
-        m.key_set(
-            &Bytes::from_static(b"app/b"),
-            &entry(b"\x00\x01", None),
-            false,
-        );
-        m.key_set(
-            &Bytes::from_static(b"lock"),
-            &entry(b"me", Some(later)),
-            true,
-        );
-        let view = KeyView::of(b"app/b", &entry(b"\x00\x01", None), false, Instant::now());
-        assert_eq!((view.value.as_str(), view.value_encoding), ("0001", "hex"));
-        assert!(m.is_lease(b"lock") && !m.is_lease(b"app/a"));
-        let leases = m.leases();
-        assert_eq!(leases.len(), 1);
-        assert_eq!(leases[0].holder, "me");
-        assert_eq!(leases[0].token, Hlc::new(5, 0, "StateStore").to_string());
-        m.key_deleted(&Bytes::from_static(b"lock"), None, ChangeKind::Expire);
-        assert!(m.leases().is_empty());
-        assert!(!m.is_lease(b"lock"));
-        let kinds: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|c| c.kind)
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                ChangeKind::Set,
-                ChangeKind::Set,
-                ChangeKind::Set,
-                ChangeKind::Expire
-            ]
-        );
-        assert_eq!(m.recent_changes().len(), 4);
-    }
-
-    #[test]
-    fn clients_and_registrations() {
-        let m = Monitor::new();
-        m.client_connected("c1");
-        m.keynotify("c1", &Bytes::from_static(b"k"), true);
-        assert_eq!(m.clients()[0].keynotify, ["k"]);
-        m.client_disconnected("c1");
-        assert!(m.clients().is_empty());
-    }
-
-    #[test]
-    fn metrics_count_and_p99() {
-        let m = Monitor::new();
-        for i in 1..=100 {
-            m.request_handled(Duration::from_micros(i));
-        }
-        let metrics = m.metrics();
-        assert_eq!(metrics.total_requests, 100);
-        assert_eq!(metrics.requests.iter().sum::<u64>(), 100);
-        // The 100 requests may straddle a second; the later second holds the slowest one.
-        let max = metrics.p99_micros.iter().max().copied();
-        assert!(max.is_some_and(|p| (98..=100).contains(&p)), "{max:?}");
-        assert_eq!(p99(&[]), 0);
-        assert_eq!(p99(&(1..=100).collect::<Vec<_>>()), 99);
-    }
-}
+mod tests;
