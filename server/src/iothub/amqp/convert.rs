@@ -16,6 +16,7 @@ use crate::iothub::domain::message::{
 };
 use crate::iothub::domain::properties::Property;
 use crate::iothub::domain::queue::LockedMessage;
+use crate::iothub::domain::system_properties::SystemProperties;
 
 /// The condition SDKs map to their argument errors (Node `ArgumentError`).
 const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
@@ -278,18 +279,23 @@ fn lock_token_uuid(token: &str) -> Option<Value> {
 /// token from; the delivery tag is fe2o3's own, so it is not the lock token here).
 pub(crate) fn device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
     let m = &locked.message;
+    let sp = SystemProperties::of(device_id, m, locked.expiry_time);
+    let text = |v: Option<&str>| v.map(str::to_owned);
     let mut properties = Properties::builder()
-        .to(format!("/devices/{device_id}/messages/devicebound"))
-        .absolute_expiry_time(timestamp(locked.expiry_time))
+        .to(sp.to.clone())
+        .absolute_expiry_time(timestamp(sp.expiry))
         .build();
-    properties.message_id = m.message_id.clone().map(MessageId::String);
-    properties.correlation_id = m.correlation_id.clone().map(MessageId::String);
-    properties.user_id = m.user_id.clone().map(|u| Binary::from(u.into_bytes()));
-    properties.content_type = m.content_type.clone().map(Symbol::from);
-    properties.content_encoding = m.content_encoding.clone().map(Symbol::from);
+    properties.message_id = text(sp.message_id).map(MessageId::String);
+    properties.correlation_id = text(sp.correlation_id).map(MessageId::String);
+    properties.user_id = text(sp.user_id).map(|u| Binary::from(u.into_bytes()));
+    properties.content_type = text(sp.content_type).map(Symbol::from);
+    properties.content_encoding = text(sp.content_encoding).map(Symbol::from);
     let mut app = ApplicationProperties::builder();
-    if m.ack != Ack::None {
-        app = app.insert("iothub-ack", SimpleValue::String(m.ack.as_str().to_owned()));
+    if sp.ack != Ack::None {
+        app = app.insert(
+            "iothub-ack",
+            SimpleValue::String(sp.ack.as_str().to_owned()),
+        );
     }
     for (name, value) in &m.properties {
         let value = value.clone().map_or(SimpleValue::Null, SimpleValue::String);

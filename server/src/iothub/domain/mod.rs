@@ -14,4 +14,5 @@ pub mod properties;
 pub mod queue;
 pub mod registry;
 pub mod sas;
+pub mod system_properties;
 pub mod time;

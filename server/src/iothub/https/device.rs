@@ -41,6 +41,7 @@ use super::{RestResult, api_version};
 use crate::iothub::IotHubError;
 use crate::iothub::domain::message::format_time;
 use crate::iothub::domain::properties::Property;
+use crate::iothub::domain::system_properties::SystemProperties;
 use crate::iothub::{IotHub, LockedMessage, Settlement};
 
 /// The prefix of application properties in HTTP headers, both ways (the Node SDK's
@@ -151,6 +152,8 @@ async fn receive(
 /// as `ContentType` / `ContentEncoding`, the names the C SDK reads.
 fn message_response(id: &str, locked: LockedMessage) -> Response {
     let m = &locked.message;
+    let sp = SystemProperties::of(id, m, locked.expiry_time);
+    let text = |v: Option<&str>| v.map(str::to_owned);
     let mut pairs: Vec<(String, String)> = vec![(
         header::ETAG.as_str().to_owned(),
         format!("\"{}\"", locked.lock_token),
@@ -160,15 +163,12 @@ fn message_response(id: &str, locked: LockedMessage) -> Response {
             pairs.push((name.to_owned(), v));
         }
     };
-    system("iothub-messageid", m.message_id.clone());
-    system(
-        "iothub-to",
-        Some(format!("/devices/{id}/messages/devicebound")),
-    );
-    system("iothub-expiry", Some(format_time(locked.expiry_time)));
-    system("iothub-correlationid", m.correlation_id.clone());
-    system("iothub-userid", m.user_id.clone());
-    system("iothub-ack", Some(m.ack.as_str().to_owned()));
+    system("iothub-messageid", text(sp.message_id));
+    system("iothub-to", Some(sp.to.clone()));
+    system("iothub-expiry", Some(format_time(sp.expiry)));
+    system("iothub-correlationid", text(sp.correlation_id));
+    system("iothub-userid", text(sp.user_id));
+    system("iothub-ack", Some(sp.ack.as_str().to_owned()));
     system(
         "iothub-sequencenumber",
         Some(locked.sequence_number.to_string()),
@@ -181,8 +181,8 @@ fn message_response(id: &str, locked: LockedMessage) -> Response {
         "iothub-deliverycount",
         Some(locked.delivery_count.to_string()),
     );
-    system("contenttype", m.content_type.clone());
-    system("contentencoding", m.content_encoding.clone());
+    system("contenttype", text(sp.content_type));
+    system("contentencoding", text(sp.content_encoding));
     for (name, value) in &m.properties {
         pairs.push((
             format!("{APP_PREFIX}{name}"),

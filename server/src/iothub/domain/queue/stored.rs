@@ -10,6 +10,7 @@ use super::Now;
 use crate::iothub::IotHubError;
 use crate::iothub::domain::message::{Ack, C2dMessage, Expiry, format_time};
 use crate::iothub::domain::properties::{self, Property};
+use crate::iothub::domain::system_properties::SystemProperties;
 
 /// A message accepted into a queue, with what the hub added to it.
 #[derive(Debug)]
@@ -25,30 +26,24 @@ pub(crate) struct Stored {
 
 /// The device-bound topic of a message: every system property set, `iothub-ack` unless none,
 /// then the application properties in order.
-fn devicebound_topic(
-    device_id: &str,
-    stored_message: &C2dMessage,
-    expiry: SystemTime,
-) -> String {
+fn devicebound_topic(device_id: &str, stored_message: &C2dMessage, expiry: SystemTime) -> String {
     let m = stored_message;
+    let sp = SystemProperties::of(device_id, m, expiry);
     let mut bag: Vec<Property> = Vec::new();
-    let mut system = |name: &str, value: &Option<String>| {
+    let mut system = |name: &str, value: Option<&str>| {
         if let Some(v) = value {
-            bag.push((name.to_owned(), Some(v.clone())));
+            bag.push((name.to_owned(), Some(v.to_owned())));
         }
     };
-    system("$.mid", &m.message_id);
-    system(
-        "$.to",
-        &Some(format!("/devices/{device_id}/messages/devicebound")),
-    );
-    system("$.exp", &Some(format_time(expiry)));
-    system("$.cid", &m.correlation_id);
-    system("$.uid", &m.user_id);
-    system("$.ct", &m.content_type);
-    system("$.ce", &m.content_encoding);
-    if m.ack != Ack::None {
-        bag.push(("iothub-ack".to_owned(), Some(m.ack.as_str().to_owned())));
+    system("$.mid", sp.message_id);
+    system("$.to", Some(&sp.to));
+    system("$.exp", Some(&format_time(sp.expiry)));
+    system("$.cid", sp.correlation_id);
+    system("$.uid", sp.user_id);
+    system("$.ct", sp.content_type);
+    system("$.ce", sp.content_encoding);
+    if sp.ack != Ack::None {
+        bag.push(("iothub-ack".to_owned(), Some(sp.ack.as_str().to_owned())));
     }
     bag.extend(m.properties.iter().cloned());
     format!(
