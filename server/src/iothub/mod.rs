@@ -54,7 +54,7 @@ pub use config::{
     DEFAULT_HTTPS_PORT, DeviceTls, IotHubConfig,
 };
 pub use domain::durable::{HUB_FILE, HUB_FORMAT};
-pub use domain::error::IotHubError;
+pub use domain::error::{IoCause, IotHubError};
 pub use domain::hub::{DeviceInfo, HubEndpoints, HubInfo, IotHub};
 pub use domain::message::{
     Ack, C2dMessage, Expiry, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackRecord, FeedbackStatus,
@@ -104,12 +104,10 @@ impl IotHubServer {
             Some((a, pem)) => (Some(a), pem),
             None => (None, None),
         };
-        let device_listener = mqtt::bind(SocketAddr::new(config.bind, config.device_port))
-            .await
-            .map_err(IotHubError::Io)?;
+        let device_listener = mqtt::bind(SocketAddr::new(config.bind, config.device_port)).await?;
         let device_addr = device_listener
             .local_addr()
-            .map_err(|e| IotHubError::Io(format!("device endpoint address: {e}")))?;
+            .map_err(|e| IotHubError::io("device endpoint address", e))?;
         let admin = listen(config.bind, config.admin_port, "the admin API").await?;
         let https = listen(config.bind, config.https_port, "the HTTPS REST API").await?;
         let amqp = listen(config.bind, config.amqp_port, "AMQP").await?;
@@ -208,10 +206,10 @@ async fn listen(
     let addr = SocketAddr::new(bind, port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| IotHubError::Io(format!("cannot listen for {what} on {addr}: {e}")))?;
+        .map_err(|e| IotHubError::io(format_args!("cannot listen for {what} on {addr}"), e))?;
     let local = listener
         .local_addr()
-        .map_err(|e| IotHubError::Io(format!("{what} address: {e}")))?;
+        .map_err(|e| IotHubError::io(format_args!("{what} address"), e))?;
     Ok(Some((listener, local)))
 }
 

@@ -213,7 +213,7 @@ impl IntoResponse for ApiError {
             IotHubError::FeedbackLockLost(_) => StatusCode::PRECONDITION_FAILED,
             IotHubError::MessageLockLost { .. } => StatusCode::PRECONDITION_FAILED,
             IotHubError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            IotHubError::Io(_) | IotHubError::DataDir(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            IotHubError::Io { .. } | IotHubError::DataDir(_) => StatusCode::INTERNAL_SERVER_ERROR,
             IotHubError::NotPersisted(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         };

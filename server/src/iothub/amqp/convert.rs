@@ -218,8 +218,8 @@ pub(crate) fn c2d_message(
 /// content type [`FEEDBACK_CONTENT_TYPE`], user id the hub name, message id the lock token,
 /// the batch's enqueued time as the `iothub-enqueuedtime` annotation.
 pub(super) fn feedback_message(batch: &FeedbackBatch) -> Result<Message<Data>, IotHubError> {
-    let json = serde_json::to_vec(&batch.records)
-        .map_err(|e| IotHubError::Io(format!("feedback records: {e}")))?;
+    let json =
+        serde_json::to_vec(&batch.records).map_err(|e| IotHubError::io("feedback records", e))?;
     let enqueued = humantime::parse_rfc3339_weak(&batch.enqueued_time_utc)
         .unwrap_or_else(|_| SystemTime::now());
     let millis = enqueued

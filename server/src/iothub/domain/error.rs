@@ -2,6 +2,8 @@
 //! that names what was wrong, and a stable error code for the HTTP admin API. The data dir's
 //! errors ([`PersistError`]) are kept as their source.
 
+use std::sync::Arc;
+
 use crate::persist::PersistError;
 
 /// Why the hub refused a request (nothing was changed) or could not start.
@@ -60,9 +62,17 @@ pub enum IotHubError {
     /// An invalid hub setting.
     #[error("invalid IoT Hub configuration: {0}")]
     Config(String),
-    /// A listener could not be started, or a certificate file could not be read.
-    #[error("{0}")]
-    Io(String),
+    /// A listener could not be started, or a certificate file could not be read. The message
+    /// names what failed and the cause's text; the cause itself, when there is one, is the
+    /// error's source.
+    #[error("{message}")]
+    Io {
+        /// What failed, and why.
+        message: String,
+        /// The error that said so.
+        #[source]
+        cause: Option<IoCause>,
+    },
     /// The hub's file in the data dir (`iothub.redb`) cannot be used: locked by another
     /// server, from an incompatible version, damaged. The message names the file; nothing
     /// was changed. `mqstate serve` reports it as the store's data dir errors.
@@ -100,13 +110,77 @@ impl IotHubError {
             IotHubError::PreconditionFailed(_) => "PreconditionFailed",
             IotHubError::Unauthorized(_) => "IotHubUnauthorizedAccess",
             IotHubError::Config(_) => "InvalidConfiguration",
-            IotHubError::Io(_) => "IoError",
+            IotHubError::Io { .. } => "IoError",
             IotHubError::DataDir(_) => "DataDirError",
             IotHubError::NotPersisted(_) => "PersistenceFailed",
         }
     }
 
+    /// An I/O failure while doing `context`, because of `cause` (kept as the source).
+    pub(crate) fn io(
+        context: impl std::fmt::Display,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        let cause = cause.into();
+        IotHubError::Io {
+            message: format!("{context}: {cause}"),
+            cause: Some(IoCause(Arc::from(cause))),
+        }
+    }
+
+    /// An I/O failure explained by `message` alone.
+    pub(crate) fn io_message(message: impl Into<String>) -> Self {
+        IotHubError::Io {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         IotHubError::InvalidArgument(message.into())
+    }
+}
+
+/// The cause of an [`IotHubError::Io`]: an error shared (the hub's errors are cloned to every
+/// waiter) and compared by what it says.
+#[derive(Debug, Clone)]
+pub struct IoCause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for IoCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for IoCause {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for IoCause {}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn io_errors_keep_their_cause_and_say_the_same() {
+        let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = IotHubError::io("TLS key k.pem", cause);
+        assert_eq!(e.to_string(), "TLS key k.pem: gone");
+        assert_eq!(e.code(), "IoError");
+        assert_eq!(e.source().map(ToString::to_string).as_deref(), Some("gone"));
+        assert_eq!(e.clone(), e);
+        let plain = IotHubError::io_message("no certificate in the file");
+        assert!(plain.source().is_none());
     }
 }

@@ -200,7 +200,7 @@ impl Policies {
         }
         let policies = Policies::generate()?;
         let json = serde_json::to_string_pretty(&policies.policies)
-            .map_err(|e| IotHubError::Io(format!("shared access policies: {e}")))?;
+            .map_err(|e| IotHubError::io("shared access policies", e))?;
         crate::security::write_private_file(&path, json.as_bytes()).map_err(|e| {
             let message = format!("shared access policies {}: {e}", path.display());
             IotHubError::DataDir(crate::persist::PersistError::caused(message, e))

@@ -220,7 +220,7 @@ pub fn generate_key() -> Result<String, IotHubError> {
     let mut key = [0u8; 32];
     SystemRandom::new()
         .fill(&mut key)
-        .map_err(|_| IotHubError::Io("the system random generator failed".into()))?;
+        .map_err(|_| IotHubError::io_message("the system random generator failed"))?;
     Ok(STANDARD.encode(key))
 }
 

@@ -108,7 +108,7 @@ impl From<IotHubError> for RestError {
             IotHubError::QueueFull { .. } => StatusCode::FORBIDDEN,
             IotHubError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IotHubError::NotPersisted(_) => StatusCode::SERVICE_UNAVAILABLE,
-            IotHubError::Io(_) | IotHubError::DataDir(_) | IotHubError::Config(_) => {
+            IotHubError::Io { .. } | IotHubError::DataDir(_) | IotHubError::Config(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             _ => StatusCode::BAD_REQUEST,

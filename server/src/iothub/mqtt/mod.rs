@@ -13,6 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::iothub::IotHubError;
+
 use crate::iothub::domain::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use crate::iothub::domain::properties;
 use crate::untrusted::cut;
@@ -370,10 +372,10 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Binds the device listener.
-pub(crate) async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
+pub(crate) async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, IotHubError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen for devices on {addr}: {e}"))
+        .map_err(|e| IotHubError::io(format_args!("cannot listen for devices on {addr}"), e))
 }
 
 #[cfg(test)]
