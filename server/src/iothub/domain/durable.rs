@@ -129,7 +129,7 @@ pub(crate) struct HubFile {
 impl HubFile {
     /// Opens (creating it) `DIR/iothub.redb` and reads it. A locked, damaged, foreign or
     /// newer-format file is [`IotHubError::DataDir`], with the store's texts.
-    pub fn open(dir: &std::path::Path) -> Result<(HubFile, Loaded), IotHubError> {
+    pub(crate) fn open(dir: &std::path::Path) -> Result<(HubFile, Loaded), IotHubError> {
         let file = RedbFile::open(dir, HUB_FILE)?;
         let new = file.check_format(META_FORMAT, HUB_FORMAT, |txn| {
             txn.open_table(DEVICES)?;
@@ -150,12 +150,12 @@ impl HubFile {
     }
 
     /// Releases the file (the hub stopped).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.file.close();
     }
 
     /// The database file.
-    pub fn path(&self) -> &std::path::Path {
+    pub(crate) fn path(&self) -> &std::path::Path {
         self.file.file()
     }
 
@@ -208,7 +208,7 @@ impl HubFile {
 
     /// Writes a batch of changes and the sequence counter in one transaction, on disk when
     /// this returns (one fsync).
-    pub fn commit(&self, writes: &[Write], next_sequence: u64) -> Result<(), CommitFailed> {
+    pub(crate) fn commit(&self, writes: &[Write], next_sequence: u64) -> Result<(), CommitFailed> {
         self.file.write(|txn| {
             let mut devices = txn.open_table(DEVICES)?;
             let mut messages = txn.open_table(MESSAGES)?;

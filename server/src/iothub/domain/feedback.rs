@@ -52,7 +52,7 @@ pub(crate) struct Feedback {
 }
 
 impl Feedback {
-    pub fn new(limits: FeedbackLimits, now: Instant) -> Feedback {
+    pub(crate) fn new(limits: FeedbackLimits, now: Instant) -> Feedback {
         Feedback {
             limits,
             pending: Vec::new(),
@@ -67,7 +67,7 @@ impl Feedback {
 
     /// Feedback read back from the data dir (batches oldest first), recording its changes
     /// from now on. Locked batches stay locked, with their tokens, until their lock ends.
-    pub fn restored(
+    pub(crate) fn restored(
         limits: FeedbackLimits,
         now: Instant,
         pending: Vec<FeedbackRecord>,
@@ -90,22 +90,22 @@ impl Feedback {
     }
 
     /// The batches changed since the last call ([`PENDING`] for the pending records).
-    pub fn take_changes(&mut self) -> Vec<u64> {
+    pub(crate) fn take_changes(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.changed)
     }
 
     /// The records not yet batched.
-    pub fn pending(&self) -> &[FeedbackRecord] {
+    pub(crate) fn pending(&self) -> &[FeedbackRecord] {
         &self.pending
     }
 
     /// A batch by number, if it is still waiting.
-    pub fn batch(&self, id: u64) -> Option<&StoredBatch> {
+    pub(crate) fn batch(&self, id: u64) -> Option<&StoredBatch> {
         self.batches.iter().find(|b| b.id == id)
     }
 
     /// Adds a record; returns whether a batch became available.
-    pub fn add(&mut self, record: FeedbackRecord, now: Now) -> bool {
+    pub(crate) fn add(&mut self, record: FeedbackRecord, now: Now) -> bool {
         if self.pending.is_empty() && now.instant >= self.last_batch_at + self.limits.batch_interval
         {
             // Idle for longer than the interval: this record opens a new window.
@@ -141,7 +141,7 @@ impl Feedback {
 
     /// Batches pending records whose interval passed, ends timed-out locks, drops expired
     /// batches and those received too often. Returns whether a batch became available.
-    pub fn tick(&mut self, now: Now) -> bool {
+    pub(crate) fn tick(&mut self, now: Now) -> bool {
         let mut available = false;
         if !self.pending.is_empty()
             && now.instant >= self.last_batch_at + self.limits.batch_interval
@@ -185,7 +185,7 @@ impl Feedback {
     }
 
     /// Locks and returns the oldest batch nobody holds.
-    pub fn receive(&mut self, now: Now, user_id: &str) -> Option<FeedbackBatch> {
+    pub(crate) fn receive(&mut self, now: Now, user_id: &str) -> Option<FeedbackBatch> {
         let lock_duration = self.limits.lock_duration;
         self.next_lock += 1;
         let token = format!("{:016x}-{}", self.next_lock, fastish_nonce(now));
@@ -211,7 +211,7 @@ impl Feedback {
     }
 
     /// Completes (removes) a locked batch; false if the token is unknown or its lock ended.
-    pub fn complete(&mut self, token: &str) -> bool {
+    pub(crate) fn complete(&mut self, token: &str) -> bool {
         match self.position(token).and_then(|i| self.batches.remove(i)) {
             Some(b) => {
                 self.mark(b.id);
@@ -222,7 +222,7 @@ impl Feedback {
     }
 
     /// Abandons a locked batch (available again at once); false if the token is unknown.
-    pub fn abandon(&mut self, token: &str) -> bool {
+    pub(crate) fn abandon(&mut self, token: &str) -> bool {
         match self.position(token).and_then(|i| self.batches.get_mut(i)) {
             Some(b) => {
                 b.lock = None;
@@ -236,7 +236,7 @@ impl Feedback {
 
     /// Drops the pending feedback of a deleted device: records not yet batched, and records in
     /// batches nobody has received yet.
-    pub fn drop_device(&mut self, device: &str) {
+    pub(crate) fn drop_device(&mut self, device: &str) {
         self.pending.retain(|r| r.device_id != device);
         self.mark(PENDING);
         let mut changed = Vec::new();
@@ -253,7 +253,7 @@ impl Feedback {
         }
     }
 
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let batch_due =
             (!self.pending.is_empty()).then(|| self.last_batch_at + self.limits.batch_interval);
         self.batches
@@ -266,7 +266,7 @@ impl Feedback {
 
     /// Records not yet batched.
     #[cfg(test)]
-    pub fn pending_len(&self) -> usize {
+    pub(crate) fn pending_len(&self) -> usize {
         self.pending.len()
     }
 }

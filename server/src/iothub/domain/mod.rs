@@ -4,15 +4,15 @@
 //! hub's file in the data dir). The transports (`mqtt`, `amqp`, `https`, `admin`) are thin
 //! modules over this API; nothing here names them.
 
-pub mod durable;
-pub mod error;
-pub mod feedback;
-pub mod hub;
+pub(crate) mod durable;
+pub(crate) mod error;
+pub(crate) mod feedback;
+pub(crate) mod hub;
 pub mod message;
 pub mod policies;
 pub mod properties;
-pub mod queue;
+pub(crate) mod queue;
 pub mod registry;
 pub mod sas;
-pub mod system_properties;
+pub(crate) mod system_properties;
 pub mod time;

@@ -29,7 +29,7 @@ pub(crate) struct Now {
 }
 
 impl Now {
-    pub fn current() -> Now {
+    pub(crate) fn current() -> Now {
         Now {
             instant: Instant::now(),
             utc: SystemTime::now(),
@@ -166,7 +166,7 @@ pub(crate) struct DeviceQueue {
 
 impl DeviceQueue {
     /// An empty queue; with `track`, every change is recorded for the data dir.
-    pub fn new(track: bool) -> DeviceQueue {
+    pub(crate) fn new(track: bool) -> DeviceQueue {
         DeviceQueue {
             track,
             ..DeviceQueue::default()
@@ -180,12 +180,12 @@ impl DeviceQueue {
     }
 
     /// The sequence numbers of the messages changed since the last call (to write them).
-    pub fn take_changes(&mut self) -> Vec<u64> {
+    pub(crate) fn take_changes(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.changed)
     }
 
     /// A message as it is now, live or finished; `None` when the queue forgot it.
-    pub fn item(&self, sequence_number: u64) -> Option<Item<'_>> {
+    pub(crate) fn item(&self, sequence_number: u64) -> Option<Item<'_>> {
         if let Some(e) = self
             .entries
             .iter()
@@ -247,7 +247,7 @@ impl DeviceQueue {
 
     /// Puts back a message read from the data dir (oldest first). A message that was locked
     /// stays locked by no connection until [`DeviceQueue::release_restored`] ends the lock.
-    pub fn restore(&mut self, stored: Stored, delivery_count: u32, was_locked: bool) {
+    pub(crate) fn restore(&mut self, stored: Stored, delivery_count: u32, was_locked: bool) {
         debug_assert!(
             self.entries
                 .back()
@@ -268,7 +268,7 @@ impl DeviceQueue {
     }
 
     /// Puts back a finished message read from the data dir (in the order they finished).
-    pub fn restore_finished(&mut self, finished: Finished) {
+    pub(crate) fn restore_finished(&mut self, finished: Finished) {
         if self.finished.len() >= FINISHED_KEPT
             && let Some(old) = self.finished.pop_front()
         {
@@ -279,16 +279,16 @@ impl DeviceQueue {
 
     /// Ends the locks of the messages that were delivered before a restart, as a lost
     /// connection ends them: their delivery counted, enqueued again or dead-lettered.
-    pub fn release_restored(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
+    pub(crate) fn release_restored(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
         self.release_connection(RESTORED, now, max_delivery_count)
     }
 
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.entries.len()
     }
 
     /// Adds a message, or refuses it when the queue holds `max_depth` messages.
-    pub fn enqueue(
+    pub(crate) fn enqueue(
         &mut self,
         stored: Stored,
         device: &str,
@@ -328,7 +328,7 @@ impl DeviceQueue {
     }
 
     /// Locks every Enqueued message for delivery on `connection` (oldest first).
-    pub fn deliver(&mut self, connection: u64, now: Now, lock_timeout: Duration) -> Vec<Delivery> {
+    pub(crate) fn deliver(&mut self, connection: u64, now: Now, lock_timeout: Duration) -> Vec<Delivery> {
         let mut out = Vec::new();
         for i in 0..self.entries.len() {
             if self.entries.get(i).is_none_or(|e| e.lock.is_some()) {
@@ -354,7 +354,7 @@ impl DeviceQueue {
 
     /// A PUBACK: completes the message locked under this packet id on this connection. A late
     /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
-    pub fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
+    pub(crate) fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
         let index = self.position_of(Holder::Packet {
             connection,
             packet_id,
@@ -366,7 +366,7 @@ impl DeviceQueue {
     /// Locks the oldest Enqueued message (not expired: the next tick dead-letters those) under
     /// a new lock token for `lock_timeout`, counting the delivery: what an HTTPS receive and
     /// an AMQP receiver link with credit take. `None` when no message is Enqueued.
-    pub fn deliver_locked(
+    pub(crate) fn deliver_locked(
         &mut self,
         device_id: &str,
         now: Now,
@@ -408,7 +408,7 @@ impl DeviceQueue {
     /// state it reached, if it did; [`IotHubError::MessageLockLost`] when the token locks
     /// nothing (unknown, settled, or timed out: a late settlement must not touch a message
     /// that may already be locked again for someone else).
-    pub fn settle(
+    pub(crate) fn settle(
         &mut self,
         device_id: &str,
         lock_token: &str,
@@ -438,7 +438,7 @@ impl DeviceQueue {
     /// device (its receive was cancelled, or its lock could not be persisted): Enqueued again
     /// with that delivery not counted, as if it had not been taken. Returns whether the token
     /// still locked a message.
-    pub fn unreceive(&mut self, lock_token: &str) -> bool {
+    pub(crate) fn unreceive(&mut self, lock_token: &str) -> bool {
         let Some(index) = self.token_index(lock_token) else {
             return false;
         };
@@ -453,7 +453,7 @@ impl DeviceQueue {
 
     /// Whether a message is Enqueued (not locked, not expired): what a token receiver waits
     /// for.
-    pub fn has_enqueued(&self, now: Now) -> bool {
+    pub(crate) fn has_enqueued(&self, now: Now) -> bool {
         self.entries
             .iter()
             .any(|e| e.lock.is_none() && e.stored.expires_at > now.instant)
@@ -506,7 +506,7 @@ impl DeviceQueue {
     }
 
     /// Expires messages and ends timed-out locks.
-    pub fn tick(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
+    pub(crate) fn tick(&mut self, now: Now, max_delivery_count: u32) -> Vec<Outcome> {
         let mut out = Vec::new();
         let mut i = 0;
         while let Some(entry) = self.entries.get(i) {
@@ -528,7 +528,7 @@ impl DeviceQueue {
 
     /// A connection closed: its locks end now (its packet ids mean nothing on another
     /// connection, so its PUBACKs cannot come any more).
-    pub fn release_connection(
+    pub(crate) fn release_connection(
         &mut self,
         connection: u64,
         now: Now,
@@ -548,7 +548,7 @@ impl DeviceQueue {
     }
 
     /// Dead-letters every message as Purged.
-    pub fn purge(&mut self, now: Now) -> Vec<Outcome> {
+    pub(crate) fn purge(&mut self, now: Now) -> Vec<Outcome> {
         self.holders.clear();
         let entries: Vec<Entry> = self.entries.drain(..).collect();
         entries
@@ -558,7 +558,7 @@ impl DeviceQueue {
     }
 
     /// The earliest expiry or lock end.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.entries
             .iter()
             .flat_map(|e| [Some(e.stored.expires_at), e.lock.map(|l| l.until)])
@@ -566,7 +566,7 @@ impl DeviceQueue {
             .min()
     }
 
-    pub fn info(&self, device: &str, max_depth: usize) -> QueueInfo {
+    pub(crate) fn info(&self, device: &str, max_depth: usize) -> QueueInfo {
         let info = |stored: &Stored, state, delivery_count, status_code| MessageInfo {
             sequence_number: stored.sequence_number,
             message_id: stored.message.message_id.clone(),

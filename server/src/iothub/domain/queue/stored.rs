@@ -90,7 +90,7 @@ pub(crate) fn store(
 impl Stored {
     /// A message read back from the data dir: its deadline counts from `now` on the monotonic
     /// clock (already past when its expiry time is).
-    pub fn restored(
+    pub(crate) fn restored(
         device_id: &str,
         message: C2dMessage,
         sequence_number: u64,
@@ -109,7 +109,7 @@ impl Stored {
         }
     }
 
-    pub fn payload(&self) -> Bytes {
+    pub(crate) fn payload(&self) -> Bytes {
         self.message.payload.clone()
     }
 }
