@@ -328,7 +328,12 @@ impl DeviceQueue {
     }
 
     /// Locks every Enqueued message for delivery on `connection` (oldest first).
-    pub(crate) fn deliver(&mut self, connection: u64, now: Now, lock_timeout: Duration) -> Vec<Delivery> {
+    pub(crate) fn deliver(
+        &mut self,
+        connection: u64,
+        now: Now,
+        lock_timeout: Duration,
+    ) -> Vec<Delivery> {
         let mut out = Vec::new();
         for i in 0..self.entries.len() {
             if self.entries.get(i).is_none_or(|e| e.lock.is_some()) {
@@ -354,7 +359,12 @@ impl DeviceQueue {
 
     /// A PUBACK: completes the message locked under this packet id on this connection. A late
     /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
-    pub(crate) fn complete(&mut self, connection: u64, packet_id: u16, now: Now) -> Option<Outcome> {
+    pub(crate) fn complete(
+        &mut self,
+        connection: u64,
+        packet_id: u16,
+        now: Now,
+    ) -> Option<Outcome> {
         let index = self.position_of(Holder::Packet {
             connection,
             packet_id,
