@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use mqstate_server::iothub::client::AdminClient;
-use mqstate_server::iothub::http::SendRequest;
+use mqstate_server::iothub::admin::{AdminClient, SendRequest};
 use mqstate_server::iothub::{
     Ack, AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceSpec, DeviceTls, IotHubConfig,
@@ -372,7 +371,7 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
     let admin = AdminClient::new(&args.url)
         .map_err(|e| e.to_string())?
         .with_token(args.token);
-    let e = |e: mqstate_server::iothub::client::AdminError| e.to_string();
+    let e = |e: mqstate_server::iothub::admin::AdminError| e.to_string();
     match args.command {
         IotHubCommand::Device(DeviceCommand::Add { id, key }) => {
             print_json(&admin.add_device(&id, key).await.map_err(e)?, true)

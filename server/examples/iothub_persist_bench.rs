@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use mqstate_server::iothub::client::AdminClient;
-use mqstate_server::iothub::http::SendRequest;
+use mqstate_server::iothub::admin::{AdminClient, SendRequest};
 use mqstate_server::iothub::{DeviceSpec, IotHubConfig, IotHubServer};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 

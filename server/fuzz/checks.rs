@@ -1,5 +1,5 @@
 //! The checks of the local IoT Hub's fuzz targets, shared by `cargo fuzz` (nightly,
-//! `fuzz_targets/`) and by the stable test suite (the tests of `server/src/fuzzing.rs`, a
+//! `fuzz_targets/`) and by the stable test suite (the tests of `server/src/fuzzing/`, a
 //! bounded run of the same checks), so that both exercise exactly the same code. Each
 //! function runs one entry point of `mqstate_server::fuzzing` (named `crate::fuzzing` where
 //! this file is included) on `data` and panics (the finding) if the hub misbehaved: a panic

@@ -9,7 +9,9 @@
 //!
 //! - [`LocalServer`]: start / stop the whole thing (`mqstate serve` and tests use it).
 //! - [`statestore`]: the store itself (keys, KEYNOTIFY registrations, duplicate requests,
-//!   SCAN, the request handler, the store's MQTT connection and how it reconnects).
+//!   SCAN, the request handler, the store's MQTT connection and how it reconnects); public
+//!   are how it reconnects, what its observers get, and (hidden) the parts the memory
+//!   benchmark drives.
 //! - [`broker`]: the embedded broker, its TLS listener and its admission gate.
 //! - [`security`]: TLS, authentication and per-client topic confinement of the embedded
 //!   broker (`docs/security.md`).
@@ -17,8 +19,8 @@
 //! - [`iothub`]: the local IoT Hub (cloud-to-device messages; an MQTT 3.1.1 device endpoint
 //!   and an HTTP admin API), started beside the store when [`ServerConfig::iothub`] is set.
 //! - [`dashboard`]: the web dashboard (keys, live changes, locks, clients, metrics, hub).
-//! - [`web`]: what the admin API and the dashboard check (Host, Origin, credentials).
-//! - [`untrusted`]: a peer's text, cut short before it reaches a log line or an error.
+//! - [`web`]: what the admin API and the dashboard check (Host, Origin, credentials); public
+//!   only for the limit of sessions per user.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -49,11 +51,9 @@ mod local_server;
 pub mod persist;
 pub mod security;
 pub mod statestore;
-pub mod untrusted;
+pub(crate) mod untrusted;
 pub mod web;
 
 pub use error::ServerError;
-pub use local_server::{
-    BrokerChoice, DEFAULT_MAX_PACKET_SIZE, DEFAULT_PORT, LocalServer, ServerConfig,
-    parse_broker_url,
-};
+pub use local_server::{BrokerChoice, DEFAULT_PORT, LocalServer, ServerConfig, parse_broker_url};
+pub use statestore::service::DEFAULT_MAX_PACKET_SIZE;

@@ -4,16 +4,6 @@
 //! once added 320 KiB to the log). Every log line and error that quotes such text goes through
 //! [`cut`], and refusals are logged through a [`RefusalLog`], which writes the first few per
 //! peer address and counts the rest (docs/security.md, "Logs under attack").
-//!
-//! ```
-//! use mqstate_server::untrusted::cut;
-//!
-//! assert_eq!(cut("dev1").to_string(), "dev1");
-//! assert_eq!(format!("{:?}", cut("dev1")), "\"dev1\"");
-//! let long = "x".repeat(10_000);
-//! assert_eq!(cut(&long).to_string(), format!("{}… (10000 bytes)", "x".repeat(64)));
-//! assert!(format!("{:?}", cut(&long)).len() < 100);
-//! ```
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,17 +12,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How many characters of a peer's text are kept.
-pub const KEPT_CHARS: usize = 64;
+pub(crate) const KEPT_CHARS: usize = 64;
 
 /// `text` as a log line or an error should show it: its first [`KEPT_CHARS`] characters, then
 /// its length in bytes when it was longer. `{}` writes the text, `{:?}` quotes and escapes it.
-pub fn cut(text: &str) -> Cut<'_> {
+pub(crate) fn cut(text: &str) -> Cut<'_> {
     Cut(text)
 }
 
 /// See [`cut`].
 #[derive(Clone, Copy)]
-pub struct Cut<'a>(&'a str);
+pub(crate) struct Cut<'a>(&'a str);
 
 impl Cut<'_> {
     /// The kept prefix, and whether anything was left out.
@@ -67,7 +57,7 @@ impl fmt::Debug for Cut<'_> {
 }
 
 /// Refusals logged in full per peer address and [`RefusalLog::WINDOW`].
-pub const LOGGED_PER_WINDOW: u32 = 5;
+pub(crate) const LOGGED_PER_WINDOW: u32 = 5;
 /// Addresses followed at once; past that the oldest windows are forgotten (an address then
 /// starts again with [`LOGGED_PER_WINDOW`] lines: the log grows by a bounded rate, not more).
 const ADDRESSES: usize = 4096;
@@ -76,18 +66,8 @@ const ADDRESSES: usize = 4096;
 /// peer address, the first [`LOGGED_PER_WINDOW`] of each minute are logged, the others only
 /// counted, and the next one logged says how many were left out. One peer repeating a refused
 /// request thousands of times a second adds a few lines a minute to the log.
-///
-/// ```
-/// use std::net::{IpAddr, Ipv4Addr};
-/// use mqstate_server::untrusted::RefusalLog;
-///
-/// let log = RefusalLog::default();
-/// let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
-/// let logged = (0..100).filter(|_| log.admit(peer).is_some()).count();
-/// assert_eq!(logged, 5);
-/// ```
 #[derive(Debug, Default)]
-pub struct RefusalLog {
+pub(crate) struct RefusalLog {
     peers: Mutex<HashMap<IpAddr, Window>>,
 }
 
@@ -101,12 +81,12 @@ struct Window {
 
 impl RefusalLog {
     /// How long a peer's count of logged refusals lasts.
-    pub const WINDOW: Duration = Duration::from_secs(60);
+    pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
     /// Whether to log a refusal from `peer` now: `Some(n)` with the number of its refusals
     /// left out of the log since the last one logged (to say in the line), or `None` to only
     /// count it.
-    pub fn admit(&self, peer: IpAddr) -> Option<u64> {
+    pub(crate) fn admit(&self, peer: IpAddr) -> Option<u64> {
         self.admit_at(peer, Instant::now())
     }
 
@@ -180,5 +160,32 @@ mod tests {
         assert_eq!(cut(&"é".repeat(64)).to_string(), "é".repeat(64));
         // Control characters are escaped by the Debug form, so a peer cannot forge log lines.
         assert_eq!(format!("{:?}", cut("a\nb")), "\"a\\nb\"");
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn cut_text() {
+        use crate::untrusted::cut;
+
+        assert_eq!(cut("dev1").to_string(), "dev1");
+        assert_eq!(format!("{:?}", cut("dev1")), "\"dev1\"");
+        let long = "x".repeat(10_000);
+        assert_eq!(
+            cut(&long).to_string(),
+            format!("{}… (10000 bytes)", "x".repeat(64))
+        );
+        assert!(format!("{:?}", cut(&long)).len() < 100);
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn refusals_are_logged_a_few_times() {
+        use crate::untrusted::RefusalLog;
+        use std::net::{IpAddr, Ipv4Addr};
+
+        let log = RefusalLog::default();
+        let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let logged = (0..100).filter(|_| log.admit(peer).is_some()).count();
+        assert_eq!(logged, 5);
     }
 }

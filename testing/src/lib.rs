@@ -24,6 +24,6 @@ pub mod mosquitto;
 pub mod tls;
 
 pub use mosquitto::{
-    Backend, MOSQUITTO_MAX_PACKET_SIZE, Mosquitto, REQUIRE_MOSQUITTO_ENV, SecuredFiles, TestStore,
-    find_mosquitto, free_port, mosquitto_or_skip, mosquitto_required,
+    Backend, MOSQUITTO_MAX_PACKET_SIZE, Mosquitto, MosquittoError, REQUIRE_MOSQUITTO_ENV,
+    SecuredFiles, TestStore, find_mosquitto, free_port, mosquitto_or_skip, mosquitto_required,
 };

@@ -36,6 +36,52 @@ pub const REQUIRE_MOSQUITTO_ENV: &str = "MQSTATE_REQUIRE_MOSQUITTO";
 /// The maximum packet size of the test Mosquitto: 64 MiB (values of 10 MiB and more).
 pub const MOSQUITTO_MAX_PACKET_SIZE: u32 = 64 * 1024 * 1024;
 
+/// Why a test Mosquitto could not be used: not installed, did not start, or a server-side
+/// error of its setup (a port, a file). The test support owns these errors; the server's
+/// [`ServerError`] has none of Mosquitto's.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum MosquittoError {
+    /// The `mosquitto` binary is not installed.
+    NotInstalled {
+        /// Where it was looked for.
+        looked_for: String,
+    },
+    /// Mosquitto started but did not accept connections.
+    Failed(String),
+    /// Preparing it failed (a directory, a file, a port).
+    Server(ServerError),
+}
+
+impl std::fmt::Display for MosquittoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MosquittoError::NotInstalled { looked_for } => write!(
+                f,
+                "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
+            ),
+            MosquittoError::Failed(why) => write!(f, "mosquitto did not start: {why}"),
+            MosquittoError::Server(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for MosquittoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Displayed as the server error itself, so its cause is the next one down.
+            MosquittoError::Server(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<ServerError> for MosquittoError {
+    fn from(e: ServerError) -> Self {
+        MosquittoError::Server(e)
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (free when this returns; another process could take it
 /// before it is used, so callers that bind it should retry on failure).
 pub fn free_port() -> Result<u16, ServerError> {
@@ -49,13 +95,13 @@ pub fn free_port() -> Result<u16, ServerError> {
 
 /// Where the `mosquitto` binary is: `$MOSQUITTO` if set, else the first of `$PATH`,
 /// `/usr/sbin`, `/usr/local/sbin` that has it.
-pub fn find_mosquitto() -> Result<PathBuf, ServerError> {
+pub fn find_mosquitto() -> Result<PathBuf, MosquittoError> {
     if let Some(path) = std::env::var_os("MOSQUITTO") {
         let path = PathBuf::from(path);
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(ServerError::MosquittoNotInstalled {
+            Err(MosquittoError::NotInstalled {
                 looked_for: format!("$MOSQUITTO = {}", path.display()),
             })
         };
@@ -68,7 +114,7 @@ pub fn find_mosquitto() -> Result<PathBuf, ServerError> {
     dirs.iter()
         .map(|d| d.join("mosquitto"))
         .find(|p| p.is_file())
-        .ok_or_else(|| ServerError::MosquittoNotInstalled {
+        .ok_or_else(|| MosquittoError::NotInstalled {
             looked_for: "$PATH, /usr/sbin, /usr/local/sbin".into(),
         })
 }
@@ -93,7 +139,7 @@ pub struct Mosquitto {
 impl Mosquitto {
     /// Starts Mosquitto and waits (up to 10 s) until it accepts connections. Retries with
     /// another port if the chosen one was taken in the meantime.
-    pub fn start() -> Result<Mosquitto, ServerError> {
+    pub fn start() -> Result<Mosquitto, MosquittoError> {
         Mosquitto::start_with_extra_config(|_| String::new())
     }
 
@@ -104,7 +150,7 @@ impl Mosquitto {
     /// override the defaults above them (`allow_anonymous false`...).
     pub fn start_with_extra_config(
         extra: impl Fn(&Path) -> String,
-    ) -> Result<Mosquitto, ServerError> {
+    ) -> Result<Mosquitto, MosquittoError> {
         let binary = find_mosquitto()?;
         let mut last_error = None;
         for _ in 0..3 {
@@ -113,14 +159,13 @@ impl Mosquitto {
                 Err(e) => last_error = Some(e),
             }
         }
-        Err(last_error
-            .unwrap_or_else(|| ServerError::MosquittoFailed("no attempt was made".into())))
+        Err(last_error.unwrap_or_else(|| MosquittoError::Failed("no attempt was made".into())))
     }
 
     /// Like [`Mosquitto::start`], with `persistence true` (in its temporary directory): a
     /// [`Mosquitto::restart`] keeps the clients' sessions, subscriptions and queued messages,
     /// as a production broker stopped with SIGTERM does.
-    pub fn start_persistent() -> Result<Mosquitto, ServerError> {
+    pub fn start_persistent() -> Result<Mosquitto, MosquittoError> {
         let binary = find_mosquitto()?;
         let mut last_error = None;
         for _ in 0..3 {
@@ -129,13 +174,12 @@ impl Mosquitto {
                 Err(e) => last_error = Some(e),
             }
         }
-        Err(last_error
-            .unwrap_or_else(|| ServerError::MosquittoFailed("no attempt was made".into())))
+        Err(last_error.unwrap_or_else(|| MosquittoError::Failed("no attempt was made".into())))
     }
 
     /// Stops Mosquitto with SIGTERM (it saves its sessions when persistent), waits for it to
     /// exit, and starts it again on the same port with the same configuration.
-    pub fn restart(&mut self) -> Result<(), ServerError> {
+    pub fn restart(&mut self) -> Result<(), MosquittoError> {
         if let Ok(None) = self.child.try_wait() {
             let _ = Command::new("kill")
                 .arg("-TERM")
@@ -173,7 +217,7 @@ impl Mosquitto {
         binary: &Path,
         persistent: bool,
         extra: &dyn Fn(&Path) -> String,
-    ) -> Result<Mosquitto, ServerError> {
+    ) -> Result<Mosquitto, MosquittoError> {
         let port = free_port()?;
         let dir = tempfile::Builder::new()
             .prefix("mqstate-mosquitto-")
@@ -234,12 +278,12 @@ impl Mosquitto {
         Ok(mosquitto)
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> Result<(), ServerError> {
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), MosquittoError> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let start = Instant::now();
         while start.elapsed() < timeout {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(ServerError::MosquittoFailed(format!(
+                return Err(MosquittoError::Failed(format!(
                     "exited with {status} on port {}; log: {}",
                     self.port,
                     self.log()
@@ -250,7 +294,7 @@ impl Mosquitto {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(ServerError::MosquittoFailed(format!(
+        Err(MosquittoError::Failed(format!(
             "not accepting connections on port {} after {timeout:?}; log: {}",
             self.port,
             self.log()
@@ -304,7 +348,7 @@ pub fn mosquitto_required() -> bool {
 pub fn mosquitto_or_skip(test_name: &str) -> Option<Mosquitto> {
     match Mosquitto::start() {
         Ok(m) => Some(m),
-        Err(e @ ServerError::MosquittoNotInstalled { .. }) if !mosquitto_required() => {
+        Err(e @ MosquittoError::NotInstalled { .. }) if !mosquitto_required() => {
             println!(
                 "SKIPPED {test_name}: {e} (set {REQUIRE_MOSQUITTO_ENV}=1 to make this a failure)"
             );
@@ -452,8 +496,7 @@ impl SecuredFiles {
             .prefix("mqstate-secured-")
             .tempdir()
             .map_err(|e| ServerError::io("creating a temporary directory", e))?;
-        let gen_err =
-            |e: rcgen::Error| ServerError::Config(format!("generating certificates: {e}"));
+        let gen_err = |e: rcgen::Error| ServerError::config_caused("generating certificates", e);
         let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

@@ -8,8 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mqstate_server::iothub::client::AdminClient;
-use mqstate_server::iothub::http::SendRequest;
+use mqstate_server::iothub::admin::{AdminClient, SendRequest};
 use mqstate_server::iothub::{Ack, FeedbackStatus, MessageState};
 use mqstate_testing as testing;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};

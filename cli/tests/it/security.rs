@@ -209,7 +209,7 @@ async fn the_data_dir_and_every_file_in_it_are_private_under_umask_022() {
     use std::time::{Duration, Instant};
 
     use mqstate::{Client, ConnectOptions, SetOptions};
-    use mqstate_server::iothub::client::AdminClient;
+    use mqstate_server::iothub::admin::AdminClient;
 
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");

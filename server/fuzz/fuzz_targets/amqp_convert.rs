@@ -1,6 +1,6 @@
 #![no_main]
 //! `checks::amqp_convert` on arbitrary bytes (the same check runs on stable in the tests of
-//! `server/src/fuzzing.rs`).
+//! `server/src/fuzzing/`).
 
 use libfuzzer_sys::fuzz_target;
 use mqstate_server::fuzzing;

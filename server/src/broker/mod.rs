@@ -13,6 +13,7 @@
 //! as the authoritative client id.
 
 pub(crate) mod admission;
+mod error;
 pub(crate) mod tls;
 
 use std::future::Future;
@@ -32,6 +33,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::ServerError;
 use admission::{AdmissionGate, GatedAuth};
+pub use error::BrokerError;
 use tls::{RunningTlsListener, TlsListener};
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
@@ -227,12 +229,13 @@ impl EmbeddedBroker {
             None => None,
         };
         let handler_config = broker_config.clone();
-        let mut broker = MqttBroker::with_config(broker_config).await.map_err(|e| {
-            let sessions = session_dir
-                .map(|d| format!(" (sessions in {})", d.display()))
-                .unwrap_or_default();
-            ServerError::Broker(format!("cannot start on {}{sessions}: {e}", config.bind))
-        })?;
+        let mut broker = MqttBroker::with_config(broker_config)
+            .await
+            .map_err(|source| BrokerError::Start {
+                bind: config.bind,
+                sessions: session_dir.map(ToOwned::to_owned),
+                source,
+            })?;
         if let Some(access) = &security.access {
             broker = broker.with_auth_provider(access.clone());
         }
@@ -249,9 +252,7 @@ impl EmbeddedBroker {
             .map(TlsListener::local_addr)
             .transpose()?;
         let tls = tls_listener.map(|l| l.start(&broker, handler_config));
-        let addr = broker
-            .local_addr()
-            .ok_or_else(|| ServerError::Broker("the broker has no listening address".into()))?;
+        let addr = broker.local_addr().ok_or(BrokerError::NoAddress)?;
         let shutdown = broker.shutdown_handle();
         let router = broker.router();
         let mut ready = broker.ready_receiver();
@@ -274,9 +275,7 @@ impl EmbeddedBroker {
             _ => {
                 shutdown.shutdown();
                 drop(tls);
-                return Err(ServerError::Broker(
-                    "the embedded broker did not become ready".into(),
-                ));
+                return Err(BrokerError::NotReady.into());
             }
         }
         tracing::info!(%addr, "embedded MQTT5 broker listening");

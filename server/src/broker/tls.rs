@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use super::error::BrokerError;
 use crate::error::ServerError;
 use crate::security::TlsSettings;
 
@@ -45,7 +46,7 @@ impl TlsListener {
     /// names the file or the address.
     pub(crate) async fn bind(tls: &TlsSettings, addr: SocketAddr) -> Result<Self, ServerError> {
         let load = |what: &str, path: &std::path::Path, e: mqtt5::MqttError| {
-            ServerError::Config(format!("TLS {what} {}: {e}", path.display()))
+            ServerError::config_caused(format!("TLS {what} {}", path.display()), e)
         };
         let chain = TlsAcceptorConfig::load_cert_chain_from_file(&tls.cert)
             .await
@@ -64,18 +65,16 @@ impl TlsListener {
         }
         let acceptor = config
             .build_acceptor()
-            .map_err(|e| ServerError::Config(format!("TLS configuration: {e}")))?;
-        let listener = TcpListener::bind(addr).await.map_err(|e| {
-            ServerError::Broker(format!("cannot listen for TLS clients on {addr}: {e}"))
-        })?;
+            .map_err(|e| ServerError::config_caused("TLS configuration", e))?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BrokerError::TlsListen { addr, source })?;
         Ok(TlsListener { listener, acceptor })
     }
 
     /// The bound address (with the actual port).
-    pub(crate) fn local_addr(&self) -> Result<SocketAddr, ServerError> {
-        self.listener
-            .local_addr()
-            .map_err(|e| ServerError::Broker(format!("TLS listener address: {e}")))
+    pub(crate) fn local_addr(&self) -> Result<SocketAddr, BrokerError> {
+        self.listener.local_addr().map_err(BrokerError::TlsAddress)
     }
 
     /// Accepts connections for `broker` (configured with `config`) until stopped. Call

@@ -9,10 +9,12 @@
 //! script and its style are embedded in the binary (`assets/`): no framework, nothing
 //! fetched at run time. Read-only unless [`DashboardConfig::edit`] is set.
 //!
-//! - [`Monitor`]: the store's hook; the [`Handler`](crate::statestore::handler::Handler) calls it on every
-//!   change when `HandlerConfig::monitor` is set.
-//! - [`routes`]: the HTTP routes, documented in `docs/dashboard.md`.
-//! - [`DashboardServer`]: the dashboard's own HTTP server, when the hub is off.
+//! - `Monitor`: the store's observer
+//!   ([`StoreObserver`](crate::statestore::observer::StoreObserver)); the
+//!   [`Handler`](crate::statestore::handler::Handler) calls it on every change when
+//!   `HandlerConfig::observer` is set.
+//! - `routes`: the HTTP routes, documented in `docs/dashboard.md`.
+//! - `DashboardServer`: the dashboard's own HTTP server, when the hub is off.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mqstate_server::ServerError> {
@@ -30,14 +32,11 @@
 //! ```
 
 mod monitor;
-pub mod routes;
+pub(crate) mod routes;
 mod standalone;
 
-pub use monitor::{
-    Change, ChangeKind, ClientView, KeyView, KeysPage, LeaseView, METRICS_WINDOW_SECS, MetricsView,
-    Monitor, QueryError, StoreQuery, display,
-};
-pub use standalone::DashboardServer;
+pub(crate) use monitor::Monitor;
+pub(crate) use standalone::DashboardServer;
 
 /// Settings of the dashboard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

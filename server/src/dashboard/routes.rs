@@ -19,7 +19,7 @@ use {std::sync::Arc, tokio::sync::OnceCell};
 
 use super::monitor::{Monitor, QueryError};
 use crate::iothub::IotHub;
-use crate::iothub::http::SendRequest;
+use crate::iothub::admin::SendRequest;
 use bytes::Bytes;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -43,7 +43,12 @@ struct Ctx {
 /// The dashboard's routes: `monitor` is the store's hook, `hub` the local IoT Hub (if it
 /// runs), `edit` allows set/delete/send/purge, and `broker` is where the store's clients
 /// connect (the page's key edits are sent there as ordinary requests).
-pub fn router(monitor: Monitor, hub: Option<IotHub>, edit: bool, broker: (String, u16)) -> Router {
+pub(crate) fn router(
+    monitor: Monitor,
+    hub: Option<IotHub>,
+    edit: bool,
+    broker: (String, u16),
+) -> Router {
     let ctx = Ctx {
         monitor,
         hub,
@@ -229,7 +234,7 @@ async fn changes(State(ctx): State<Ctx>) -> Response {
         .into_response()
 }
 
-fn change_event(change: &super::Change) -> Event {
+fn change_event(change: &super::monitor::Change) -> Event {
     let data = serde_json::to_string(change).unwrap_or_default();
     Event::default()
         .event("change")

@@ -11,7 +11,7 @@ use crate::error::ServerError;
 /// A running HTTP server for the dashboard's routes; stop it with
 /// [`DashboardServer::shutdown`] (dropping it stops it too, without waiting).
 #[derive(Debug)]
-pub struct DashboardServer {
+pub(crate) struct DashboardServer {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -21,7 +21,7 @@ impl DashboardServer {
     /// Listens on `addr` (port 0: any free port) and serves `router`, behind the checks of
     /// [`crate::web::guard`].
     /// With `auth`, every route asks for credentials ([`crate::web::auth`]).
-    pub async fn start(
+    pub(crate) async fn start(
         addr: SocketAddr,
         router: axum::Router,
         auth: Option<std::sync::Arc<crate::web::auth::WebAuth>>,
@@ -51,12 +51,12 @@ impl DashboardServer {
     }
 
     /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops it; open event streams are cut after a few seconds.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take()
             && tokio::time::timeout(std::time::Duration::from_secs(3), task)

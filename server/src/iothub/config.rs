@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::error::IotHubError;
-use super::registry::DeviceSpec;
+use super::domain::error::IotHubError;
+use super::domain::registry::DeviceSpec;
 
 /// Port of the device endpoint (MQTT 3.1.1) used by `mqstate serve`: IoT Hub's MQTT port.
 pub const DEFAULT_DEVICE_PORT: u16 = 8883;

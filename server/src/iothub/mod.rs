@@ -9,7 +9,7 @@
 //!   [`crate::LocalServer`] starts one next to the state store when
 //!   [`crate::ServerConfig::iothub`] is set.
 //! - [`IotHub`]: the service side in process (devices, send, queue, purge, feedback,
-//!   telemetry). The same operations over HTTP+JSON: [`http`], documented in `docs/iothub.md`.
+//!   telemetry). The same operations over HTTP+JSON: [`admin`], documented in `docs/iothub.md`.
 //! - [`config`]: every limit, IoT Hub's value as default. [`queue`](self) and feedback
 //!   batching are pure state machines, tested without waiting.
 //! - [`sas`]: SAS tokens; [`properties`]: topic property bags; [`registry`]: devices.
@@ -33,25 +33,16 @@
 //! # Ok(()) }
 //! ```
 
-mod amqp;
-pub mod client;
+pub mod admin;
+pub(crate) mod amqp;
 pub mod config;
-mod durable;
-mod endpoint;
-mod error;
-mod feedback;
-pub mod http;
-mod https;
-mod hub;
-pub mod message;
-pub mod policies;
-pub mod properties;
-mod queue;
-pub mod registry;
-mod rest;
-pub mod sas;
-pub mod time;
+pub(crate) mod domain;
+pub(crate) mod https;
+pub(crate) mod mqtt;
 mod tls;
+
+// The domain's modules whose items the CLI, the bindings' test tooling and the tests name.
+pub use domain::{message, policies, properties, registry, sas, time};
 
 use std::net::SocketAddr;
 
@@ -62,15 +53,15 @@ pub use config::{
     AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceTls, IotHubConfig,
 };
-pub use durable::{HUB_FILE, HUB_FORMAT};
-pub use error::IotHubError;
-pub use hub::{DeviceInfo, HubEndpoints, HubInfo, IotHub};
-pub use message::{
+pub use domain::durable::{HUB_FILE, HUB_FORMAT};
+pub use domain::error::{IoCause, IotHubError};
+pub use domain::hub::{DeviceInfo, HubEndpoints, HubInfo, IotHub};
+pub use domain::message::{
     Ack, C2dMessage, Expiry, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackRecord, FeedbackStatus,
     MessageInfo, MessageState, QueueInfo, SendReceipt, TelemetryMessage,
 };
-pub use queue::{LockedMessage, Settlement};
-pub use registry::{Device, DeviceSpec};
+pub use domain::queue::{LockedMessage, Settlement};
+pub use domain::registry::{Device, DeviceSpec};
 
 /// A running hub: its listeners and timer task. Stop it with [`IotHubServer::shutdown`];
 /// dropping it stops it too (without waiting).
@@ -99,7 +90,7 @@ impl IotHubServer {
         let hub = IotHub::new(config)?;
         let config = hub.config().clone();
         if let Some(auth) = &auth {
-            auth.accept_service_tokens(http::service_token_check(hub.clone()));
+            auth.accept_service_tokens(admin::service_token_check(hub.clone()));
         }
         // The HTTPS and AMQP endpoints always speak TLS; the device endpoint when asked to.
         let device_tls = config.tls != DeviceTls::None;
@@ -113,12 +104,10 @@ impl IotHubServer {
             Some((a, pem)) => (Some(a), pem),
             None => (None, None),
         };
-        let device_listener = endpoint::bind(SocketAddr::new(config.bind, config.device_port))
-            .await
-            .map_err(IotHubError::Io)?;
+        let device_listener = mqtt::bind(SocketAddr::new(config.bind, config.device_port)).await?;
         let device_addr = device_listener
             .local_addr()
-            .map_err(|e| IotHubError::Io(format!("device endpoint address: {e}")))?;
+            .map_err(|e| IotHubError::io("device endpoint address", e))?;
         let admin = listen(config.bind, config.admin_port, "the admin API").await?;
         let https = listen(config.bind, config.https_port, "the HTTPS REST API").await?;
         let amqp = listen(config.bind, config.amqp_port, "AMQP").await?;
@@ -136,7 +125,7 @@ impl IotHubServer {
         let mut tasks = vec![
             tokio::spawn(hub.clone().run_timer(stop_rx.clone())),
             tokio::spawn(hub.clone().run_committer(stop_rx.clone())),
-            tokio::spawn(endpoint::run(
+            tokio::spawn(mqtt::run(
                 hub.clone(),
                 device_listener,
                 acceptor.clone().filter(|_| device_tls),
@@ -147,7 +136,7 @@ impl IotHubServer {
             tasks.push(tokio::spawn(https::run(
                 listener,
                 tls,
-                rest::router(hub.clone()),
+                https::service::router(hub.clone()),
                 stop_rx.clone(),
             )));
         }
@@ -162,7 +151,7 @@ impl IotHubServer {
         if let Some((listener, addr)) = admin {
             // Host, Origin and Content-Type checks in front of every route (web_guard).
             let router = crate::web::guard::guard(
-                extra(hub.clone()).merge(http::router(hub.clone())),
+                extra(hub.clone()).merge(admin::router(hub.clone())),
                 crate::web::guard::AllowedHosts::new([&config.hostname]),
                 auth,
             );
@@ -217,10 +206,10 @@ async fn listen(
     let addr = SocketAddr::new(bind, port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| IotHubError::Io(format!("cannot listen for {what} on {addr}: {e}")))?;
+        .map_err(|e| IotHubError::io(format_args!("cannot listen for {what} on {addr}"), e))?;
     let local = listener
         .local_addr()
-        .map_err(|e| IotHubError::Io(format!("{what} address: {e}")))?;
+        .map_err(|e| IotHubError::io(format_args!("{what} address"), e))?;
     Ok(Some((listener, local)))
 }
 

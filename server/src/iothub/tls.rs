@@ -13,7 +13,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::config::DeviceTls;
-use super::error::IotHubError;
+use super::domain::error::IotHubError;
 
 /// The acceptor and, for a generated certificate, its PEM (what devices must trust).
 pub(crate) fn acceptor(
@@ -25,15 +25,17 @@ pub(crate) fn acceptor(
         DeviceTls::Files { cert, key } => {
             let certs = CertificateDer::pem_file_iter(cert)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| IotHubError::Io(format!("TLS certificate {}: {e}", cert.display())))?;
+                .map_err(|e| {
+                    IotHubError::io(format_args!("TLS certificate {}", cert.display()), e)
+                })?;
             if certs.is_empty() {
-                return Err(IotHubError::Io(format!(
+                return Err(IotHubError::io_message(format!(
                     "TLS certificate {}: no certificate in the file",
                     cert.display()
                 )));
             }
             let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| IotHubError::Io(format!("TLS key {}: {e}", key.display())))?;
+                .map_err(|e| IotHubError::io(format_args!("TLS key {}", key.display()), e))?;
             (certs, key, None)
         }
         DeviceTls::SelfSigned => {
@@ -42,10 +44,10 @@ pub(crate) fn acceptor(
                 names.insert(0, hostname.to_owned());
             }
             let generated = rcgen::generate_simple_self_signed(names)
-                .map_err(|e| IotHubError::Io(format!("generating a TLS certificate: {e}")))?;
+                .map_err(|e| IotHubError::io("generating a TLS certificate", e))?;
             let pem = generated.cert.pem();
             let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
-                .map_err(|e| IotHubError::Io(format!("generated TLS key: {e}")))?;
+                .map_err(|e| IotHubError::io("generated TLS key", e))?;
             (vec![generated.cert.der().clone()], key, Some(pem))
         }
     };
@@ -53,7 +55,7 @@ pub(crate) fn acceptor(
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
-        .map_err(|e| IotHubError::Io(format!("TLS configuration: {e}")))?;
+        .map_err(|e| IotHubError::io("TLS configuration", e))?;
     Ok(Some((TlsAcceptor::from(Arc::new(config)), pem)))
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Opening never changes or wipes anything it does not understand: a directory that cannot
 //! be written, a file locked by another server, a file from another format or program, or a
-//! damaged file is a [`ServerError::DataDir`] naming the file, and the server does not start.
+//! damaged file is a [`PersistError`] naming the file, and the server does not start.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -34,10 +34,10 @@ use std::path::Path;
 use bytes::Bytes;
 use redb::{ReadableTable, TableDefinition};
 
+use super::PersistError;
 use super::record::{self, Record};
 pub use super::redb_file::CommitFailed;
 use super::redb_file::{RedbFile, meta_get, meta_raise};
-use crate::error::ServerError;
 
 /// The database file inside the data dir.
 pub const STORE_FILE: &str = "store.redb";
@@ -67,7 +67,7 @@ pub struct DataDir {
 
 impl DataDir {
     /// Opens (creating it if needed) the data dir and reads every stored key.
-    pub fn open(dir: &Path) -> Result<(DataDir, Restored), ServerError> {
+    pub fn open(dir: &Path) -> Result<(DataDir, Restored), PersistError> {
         let file = RedbFile::open(dir, STORE_FILE)?;
         let new = file.check_format(META_FORMAT, FORMAT, |txn| {
             txn.open_table(super::redb_file::META)?
@@ -95,7 +95,7 @@ impl DataDir {
     }
 
     /// Reads every key.
-    fn load(&self) -> Result<Restored, ServerError> {
+    fn load(&self) -> Result<Restored, PersistError> {
         let f = &self.file;
         f.read(|read| {
             let clock_ms = meta_get(read, META_CLOCK_MS, f)?.unwrap_or(0);

@@ -47,6 +47,7 @@
 
 mod clock;
 mod data_dir;
+mod error;
 pub(crate) mod private;
 pub mod record;
 pub(crate) mod redb_file;
@@ -60,9 +61,9 @@ use mqstate::protocol::hlc::{SystemClock, WallClock};
 
 pub use clock::FloorClock;
 pub use data_dir::{BROKER_DIR, CommitFailed, DataDir, FORMAT, Restored, STORE_FILE};
+pub use error::PersistError;
 use record::Record;
 
-use crate::error::ServerError;
 use crate::statestore::handler::{Handler, HandlerConfig};
 use crate::statestore::store::{Entry, Store};
 
@@ -71,7 +72,7 @@ use crate::statestore::store::{Entry, Store};
 pub fn handler(
     mut config: HandlerConfig,
     persistence: Option<&Persistence>,
-) -> Result<Handler, ServerError> {
+) -> Result<Handler, PersistError> {
     let Some(p) = persistence else {
         return Ok(Handler::new(config));
     };
@@ -142,7 +143,7 @@ struct Inner {
 
 impl Persistence {
     /// Opens the data dir (see [`DataDir::open`] for the errors) and reads it.
-    pub fn open(dir: &Path, mode: PersistMode) -> Result<Persistence, ServerError> {
+    pub fn open(dir: &Path, mode: PersistMode) -> Result<Persistence, PersistError> {
         let (dir, restored) = DataDir::open(dir)?;
         tracing::info!(
             data_dir = %dir.path().display(),
@@ -173,7 +174,7 @@ impl Persistence {
     /// private if an older version left it readable by others. The broker's storage creates
     /// its files with the umask's modes; this directory keeps other users out of them (and
     /// `mqstate serve` runs with a umask that keeps them 0600).
-    pub fn broker_dir(&self) -> Result<PathBuf, ServerError> {
+    pub fn broker_dir(&self) -> Result<PathBuf, PersistError> {
         let dir = self.inner.dir.path().join(BROKER_DIR);
         private::create_own_dir(&dir)?;
         Ok(dir)
@@ -215,7 +216,7 @@ impl Persistence {
     /// Loads the keys read at open into `store` (once), drops those whose deadline has
     /// passed (deleting them on disk), and turns on the store's journal. Returns how many
     /// keys were restored.
-    pub fn restore(&self, store: &mut Store) -> Result<usize, ServerError> {
+    pub fn restore(&self, store: &mut Store) -> Result<usize, PersistError> {
         let Some(restored) = self.lock_restored().take() else {
             store.enable_journal();
             return Ok(0);
@@ -258,7 +259,7 @@ impl Persistence {
             self.inner
                 .dir
                 .commit(&expired, restored.clock_ms)
-                .map_err(|e| ServerError::DataDir(e.to_string()))?;
+                .map_err(|e| PersistError::caused(e.to_string(), e))?;
         }
         store.enable_journal();
         Ok(count)

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use crate::error::ServerError;
+use super::PersistError;
 
 /// The mode of the data dir and of the directories the server creates in it.
 const DIR_MODE: u32 = 0o700;
@@ -27,11 +27,11 @@ static WARNED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// Creates the data dir `dir` (and missing parents) with mode 0700, or checks the existing
 /// one: something that is not a directory is an error, a directory others can read is
 /// warned about (once per process).
-pub(crate) fn create_data_dir(dir: &Path) -> Result<(), ServerError> {
+pub(crate) fn create_data_dir(dir: &Path) -> Result<(), PersistError> {
     let shown = dir.display();
     if dir.exists() {
         if !dir.is_dir() {
-            return Err(ServerError::DataDir(format!(
+            return Err(PersistError::new(format!(
                 "{shown} exists and is not a directory"
             )));
         }
@@ -50,17 +50,15 @@ pub(crate) fn create_data_dir(dir: &Path) -> Result<(), ServerError> {
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, DIR_MODE);
     builder
         .create(dir)
-        .map_err(|e| ServerError::DataDir(format!("cannot create the directory {shown}: {e}")))
+        .map_err(|e| PersistError::caused(format!("cannot create the directory {shown}: {e}"), e))
 }
 
 /// Creates `dir`, a directory of ours inside the data dir, with mode 0700, or tightens the
 /// existing one to 0700.
-pub(crate) fn create_own_dir(dir: &Path) -> Result<(), ServerError> {
+pub(crate) fn create_own_dir(dir: &Path) -> Result<(), PersistError> {
     let fail = |e: std::io::Error| {
-        ServerError::DataDir(format!(
-            "cannot create the directory {}: {e}",
-            dir.display()
-        ))
+        let message = format!("cannot create the directory {}: {e}", dir.display());
+        PersistError::caused(message, e)
     };
     let mut builder = std::fs::DirBuilder::new();
     #[cfg(unix)]

@@ -8,7 +8,7 @@
 //!
 //! Opening never changes or wipes anything it does not understand: a directory that cannot be
 //! written, a file locked by another server, a file from another format or program, or a
-//! damaged file is a [`ServerError::DataDir`] naming the file.
+//! damaged file is a [`PersistError`] naming the file.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -18,7 +18,7 @@ use redb::{
     StorageError, TableDefinition, TableError, WriteTransaction,
 };
 
-use crate::error::ServerError;
+use super::PersistError;
 
 /// The table of format markers and counters (`&str` → `u64`), in every file.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -49,7 +49,7 @@ pub(crate) struct RedbFile {
 impl RedbFile {
     /// Opens (creating them if needed, private: see [`super::private`]) the directory and
     /// the file `name` in it.
-    pub fn open(dir: &Path, name: &str) -> Result<RedbFile, ServerError> {
+    pub fn open(dir: &Path, name: &str) -> Result<RedbFile, PersistError> {
         super::private::create_data_dir(dir)?;
         let file = dir.join(name);
         let db = open_database(&file).map_err(|e| open_error(&file, e))?;
@@ -72,8 +72,13 @@ impl RedbFile {
     }
 
     /// A data dir error naming the file.
-    pub fn fail(&self, what: &str, e: impl std::fmt::Display) -> ServerError {
-        ServerError::DataDir(format!("{}: {what}: {e}", self.file.display()))
+    pub fn fail(
+        &self,
+        what: &str,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> PersistError {
+        let cause = e.into();
+        PersistError::caused(format!("{}: {what}: {cause}", self.file.display()), cause)
     }
 
     fn lock_db(&self) -> std::sync::MutexGuard<'_, Option<Database>> {
@@ -89,7 +94,7 @@ impl RedbFile {
         format_key: &str,
         format: u64,
         init: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
-    ) -> Result<bool, ServerError> {
+    ) -> Result<bool, PersistError> {
         let found = self.read(|read| {
             let meta = match read.open_table(META) {
                 Ok(meta) => meta,
@@ -151,8 +156,8 @@ impl RedbFile {
     /// Runs `f` in a read transaction.
     pub fn read<T>(
         &self,
-        f: impl FnOnce(&ReadTransaction) -> Result<T, ServerError>,
-    ) -> Result<T, ServerError> {
+        f: impl FnOnce(&ReadTransaction) -> Result<T, PersistError>,
+    ) -> Result<T, PersistError> {
         let guard = self.lock_db();
         let db = guard
             .as_ref()
@@ -210,7 +215,7 @@ pub(crate) fn meta_get(
     read: &ReadTransaction,
     key: &str,
     file: &RedbFile,
-) -> Result<Option<u64>, ServerError> {
+) -> Result<Option<u64>, PersistError> {
     let meta = read
         .open_table(META)
         .map_err(|e| file.fail("cannot read", e))?;
@@ -242,9 +247,9 @@ fn open_database(file: &Path) -> Result<Database, DatabaseError> {
 }
 
 /// A clear message for each way the database file can fail to open.
-fn open_error(file: &Path, e: DatabaseError) -> ServerError {
+fn open_error(file: &Path, e: DatabaseError) -> PersistError {
     let shown = file.display();
-    let text = match e {
+    let text = match &e {
         DatabaseError::DatabaseAlreadyOpen => format!(
             "{shown} is locked: another mqstate serve (or another program) uses this data dir"
         ),
@@ -275,5 +280,5 @@ fn open_error(file: &Path, e: DatabaseError) -> ServerError {
             "{shown} is damaged or not an mqstate data file: {other}; nothing was changed (move it away to start empty)"
         ),
     };
-    ServerError::DataDir(text)
+    PersistError::caused(text, e)
 }

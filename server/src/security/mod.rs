@@ -18,7 +18,7 @@
 //! ```
 
 mod passwd;
-mod provider;
+pub(crate) mod provider;
 mod rules;
 mod tokens;
 
@@ -27,11 +27,10 @@ use std::path::PathBuf;
 
 #[cfg(unix)]
 pub(crate) use passwd::is_loose;
+pub use passwd::set_password;
 pub(crate) use passwd::write_private_file;
-pub use passwd::{hash_password, loose_permissions, set_password};
-pub use provider::{AccessControl, K8S_SAT_METHOD, STORE_USER, owns_topic};
-pub use rules::{Access, Rule, RuleSet, Subject, filter_within};
-pub use tokens::TokenSet;
+pub(crate) use passwd::{hash_password, loose_permissions};
+pub use provider::{AccessControl, STORE_USER};
 
 use crate::error::ServerError;
 
@@ -65,7 +64,7 @@ pub struct SecurityConfig {
     /// Accepted K8S-SAT tokens, one per line (optionally followed by a user name); when set,
     /// clients may authenticate with the `K8S-SAT` enhanced authentication method.
     pub sat_file: Option<PathBuf>,
-    /// Extra permissions beyond the client's own topics (see [`RuleSet`]).
+    /// Extra permissions beyond the client's own topics (a rule file: docs/security.md).
     pub rules_file: Option<PathBuf>,
     /// Allow a non-loopback bind without TLS or without authentication.
     pub insecure: bool,
@@ -116,7 +115,7 @@ impl SecurityConfig {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to listen on {bind} without {}: anyone on the network could read and \
              change every key and read other clients' responses; add them, or pass --insecure \
              to accept that",
@@ -133,20 +132,20 @@ pub(crate) fn random_secret(what: &str) -> Result<String, ServerError> {
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
-        .map_err(|_| ServerError::Config(format!("no randomness from the OS for {what}")))?;
+        .map_err(|_| ServerError::config(format!("no randomness from the OS for {what}")))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 impl SecurityConfig {
     /// Refuses a local IoT Hub on a non-loopback address unless `insecure`: its admin API
     /// (and the dashboard on the same server) speak plain HTTP, so the access token they ask
-    /// for there ([`crate::web::auth`]), device keys and key values would cross the network
+    /// for there (`web::auth`), device keys and key values would cross the network
     /// unencrypted, even when the device endpoint has TLS.
     pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
         if hub.bind.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to run the local IoT Hub on {}: its admin API speaks plain HTTP, so its \
              access token, device keys and key values would cross the network unencrypted; \
              bind it to 127.0.0.1 (and publish it through a TLS reverse proxy), pass \
@@ -163,7 +162,7 @@ impl SecurityConfig {
         if ip.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::Config(format!(
+        Err(ServerError::config(format!(
             "refusing to serve the dashboard on {ip}: it speaks plain HTTP, so its access token \
              and every key and value would cross the network unencrypted; bind it to 127.0.0.1 \
              (--iothub-bind), pass --no-dashboard, or pass --insecure to accept that (it still \

@@ -8,14 +8,9 @@ use mqtt5::broker::PasswordAuthProvider;
 use crate::error::ServerError;
 
 /// A salted argon2id hash of `password` (PHC string format).
-///
-/// ```
-/// let h = mqstate_server::security::hash_password("s3cret").unwrap();
-/// assert!(h.starts_with("$argon2"));
-/// ```
-pub fn hash_password(password: &str) -> Result<String, ServerError> {
+pub(crate) fn hash_password(password: &str) -> Result<String, ServerError> {
     PasswordAuthProvider::hash_password(password)
-        .map_err(|e| ServerError::Config(format!("cannot hash the password: {e}")))
+        .map_err(|e| ServerError::config_caused("cannot hash the password", e))
 }
 
 /// Adds `user` to the password file at `path` (created if missing, readable and writable by
@@ -31,12 +26,12 @@ pub fn hash_password(password: &str) -> Result<String, ServerError> {
 /// ```
 pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), ServerError> {
     if user.is_empty() || user.contains(':') || user.chars().any(char::is_whitespace) {
-        return Err(ServerError::Config(format!(
+        return Err(ServerError::config(format!(
             "user name {user:?}: must be non-empty, without ':' or spaces"
         )));
     }
     if password.is_empty() {
-        return Err(ServerError::Config("the password is empty".into()));
+        return Err(ServerError::config("the password is empty"));
     }
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => text,
@@ -79,23 +74,7 @@ pub(crate) fn write_private_file(path: &Path, contents: &[u8]) -> std::io::Resul
 /// A warning for a secrets file (password hashes, SAT tokens, policy keys) or a directory of
 /// them (the data dir) that others than its owner may read or write, or `None` when it is
 /// private (or the platform has no such modes).
-///
-/// ```
-/// # #[cfg(unix)] {
-/// use std::os::unix::fs::PermissionsExt;
-/// let dir = tempfile::tempdir().unwrap();
-/// let file = dir.path().join("passwd");
-/// std::fs::write(&file, "").unwrap();
-/// std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-/// assert!(mqstate_server::security::loose_permissions(&file).is_some());
-/// std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-/// assert!(mqstate_server::security::loose_permissions(&file).is_none());
-/// std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-/// let warning = mqstate_server::security::loose_permissions(dir.path()).unwrap();
-/// assert!(warning.contains("mode 755") && warning.contains("chmod 700"), "{warning}");
-/// # }
-/// ```
-pub fn loose_permissions(path: &Path) -> Option<String> {
+pub(crate) fn loose_permissions(path: &Path) -> Option<String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -170,5 +149,34 @@ mod tests {
         }
         assert!(set_password(&file, "a", "").is_err());
         assert!(!file.exists());
+    }
+
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn hashes_are_argon2id() {
+        let h = crate::security::hash_password("s3cret").unwrap();
+        assert!(h.starts_with("$argon2"));
+    }
+
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn loose_files_and_directories_are_named() {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("passwd");
+            std::fs::write(&file, "").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            assert!(crate::security::loose_permissions(&file).is_some());
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+            assert!(crate::security::loose_permissions(&file).is_none());
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            let warning = crate::security::loose_permissions(dir.path()).unwrap();
+            assert!(
+                warning.contains("mode 755") && warning.contains("chmod 700"),
+                "{warning}"
+            );
+        }
     }
 }

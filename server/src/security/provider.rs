@@ -12,11 +12,13 @@ use mqtt5::broker::auth::{AuthProvider, AuthResult, EnhancedAuthResult};
 use mqtt5::packet::connect::ConnectPacket;
 use mqtt5::protocol::v5::reason_codes::ReasonCode;
 
-use super::{RuleSet, SecurityConfig, TokenSet};
+use super::SecurityConfig;
+use super::rules::RuleSet;
+use super::tokens::TokenSet;
 use crate::error::ServerError;
 
 /// The enhanced authentication method of Kubernetes service account tokens.
-pub const K8S_SAT_METHOD: &str = "K8S-SAT";
+pub(crate) const K8S_SAT_METHOD: &str = "K8S-SAT";
 
 /// The user name the state store itself connects as (with a random password made at start;
 /// it is allowed every topic). Not accepted from the password file.
@@ -30,17 +32,7 @@ const NOTIFY_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B
 /// Whether `topic` (a topic name or a filter) belongs to `client_id`: it lies under
 /// `clients/{client id}/` (responses), or is one of the client's notification topics
 /// (`clients/statestore/v1/FA9AE35F-.../{HEX(client id)}/command/notify/...`).
-///
-/// ```
-/// use mqstate_server::security::owns_topic;
-///
-/// assert!(owns_topic("c1", "clients/c1/services/statestore/_any_/command/invoke/response"));
-/// assert!(owns_topic("c1", "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/6331/command/notify/+"));
-/// assert!(!owns_topic("c1", "clients/c2/x"));
-/// assert!(!owns_topic("c1", "clients/+/x"));
-/// assert!(!owns_topic("c1", "clients/#"));
-/// ```
-pub fn owns_topic(client_id: &str, topic: &str) -> bool {
+pub(crate) fn owns_topic(client_id: &str, topic: &str) -> bool {
     if client_id.is_empty() || client_id.contains(['/', '+', '#']) {
         return false;
     }
@@ -172,10 +164,10 @@ impl AccessControl {
         let passwords = match &config.password_file {
             Some(path) => {
                 let p = PasswordAuthProvider::from_file(path).await.map_err(|e| {
-                    ServerError::Config(format!("password file {}: {e}", path.display()))
+                    ServerError::config_caused(format!("password file {}", path.display()), e)
                 })?;
                 if p.has_user(STORE_USER) {
-                    return Err(ServerError::Config(format!(
+                    return Err(ServerError::config(format!(
                         "password file {}: the user name {STORE_USER} is reserved",
                         path.display()
                     )));
@@ -186,7 +178,7 @@ impl AccessControl {
         };
         passwords
             .add_user(STORE_USER.to_owned(), store_password)
-            .map_err(|e| ServerError::Config(format!("cannot hash the store's password: {e}")))?;
+            .map_err(|e| ServerError::config_caused("cannot hash the store's password", e))?;
         for file in [&config.password_file, &config.sat_file]
             .into_iter()
             .flatten()
@@ -482,5 +474,23 @@ mod tests {
             "a",
             &format!("{NOTIFY_PREFIX}+/command/notify/+")
         ));
+    }
+
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn own_topics_only() {
+        use super::owns_topic;
+
+        assert!(owns_topic(
+            "c1",
+            "clients/c1/services/statestore/_any_/command/invoke/response"
+        ));
+        assert!(owns_topic(
+            "c1",
+            "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/6331/command/notify/+"
+        ));
+        assert!(!owns_topic("c1", "clients/c2/x"));
+        assert!(!owns_topic("c1", "clients/+/x"));
+        assert!(!owns_topic("c1", "clients/#"));
     }
 }

@@ -8,7 +8,7 @@ use crate::error::ServerError;
 
 /// Who a rule applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Subject {
+pub(crate) enum Subject {
     /// An authenticated user name (`*`: every authenticated user).
     User(String),
     /// Every client whose id starts with this prefix.
@@ -17,7 +17,7 @@ pub enum Subject {
 
 /// What a rule allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// PUBLISH to matching topics.
     Publish,
     /// SUBSCRIBE to filters within the rule's filter.
@@ -28,7 +28,7 @@ pub enum Access {
 
 /// One line of the rule file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// Who.
     pub subject: Subject,
     /// What.
@@ -42,33 +42,22 @@ pub struct Rule {
 /// Format: one rule per line, `user:NAME|client:PREFIX publish|subscribe|both FILTER`;
 /// blank lines and `#` comments are ignored. A SUBSCRIBE is allowed when the requested filter
 /// lies within a rule's filter (`sensors/+/temp` within `sensors/#`).
-///
-/// ```
-/// use mqstate_server::security::RuleSet;
-///
-/// let r = RuleSet::parse("user:dash subscribe clients/#\nclient:sensor- publish sensors/#\n").unwrap();
-/// assert!(r.allows_subscribe("any", Some("dash"), "clients/x/y"));
-/// assert!(!r.allows_subscribe("any", Some("eve"), "clients/x/y"));
-/// assert!(r.allows_publish("sensor-7", None, "sensors/7/t"));
-/// assert!(!r.allows_publish("sensor-7", None, "other"));
-/// assert!(RuleSet::parse("user:a read x").is_err());
-/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleSet {
+pub(crate) struct RuleSet {
     rules: Vec<Rule>,
 }
 
 impl RuleSet {
     /// Reads a rule file.
-    pub fn load(path: &Path) -> Result<RuleSet, ServerError> {
+    pub(crate) fn load(path: &Path) -> Result<RuleSet, ServerError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::io(format!("reading the rule file {}", path.display()), e))?;
         RuleSet::parse(&text)
-            .map_err(|e| ServerError::Config(format!("rule file {}: {e}", path.display())))
+            .map_err(|e| ServerError::config_caused(format!("rule file {}", path.display()), e))
     }
 
     /// Parses a rule file's text.
-    pub fn parse(text: &str) -> Result<RuleSet, String> {
+    pub(crate) fn parse(text: &str) -> Result<RuleSet, String> {
         let mut rules = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -119,21 +108,26 @@ impl RuleSet {
     }
 
     /// Whether a rule lets this client publish to `topic`.
-    pub fn allows_publish(&self, client_id: &str, user: Option<&str>, topic: &str) -> bool {
+    pub(crate) fn allows_publish(&self, client_id: &str, user: Option<&str>, topic: &str) -> bool {
         self.applying(client_id, user)
             .any(|r| r.access != Access::Subscribe && topic_matches_filter(topic, &r.filter))
     }
 
     /// Whether a rule lets this client subscribe to `filter`: only when every topic the
     /// filter can match is matched by the rule's filter ([`filter_within`]).
-    pub fn allows_subscribe(&self, client_id: &str, user: Option<&str>, filter: &str) -> bool {
+    pub(crate) fn allows_subscribe(
+        &self,
+        client_id: &str,
+        user: Option<&str>,
+        filter: &str,
+    ) -> bool {
         self.applying(client_id, user)
             .any(|r| r.access != Access::Publish && filter_within(filter, &r.filter))
     }
 
     /// The rules that grant by client id prefix (`client:PREFIX`): any authenticated client
     /// may pick such an id, so `mqstate serve` warns about each at start (docs/security.md).
-    pub fn client_prefix_rules(&self) -> impl Iterator<Item = &Rule> {
+    pub(crate) fn client_prefix_rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules
             .iter()
             .filter(|r| matches!(r.subject, Subject::ClientPrefix(_)))
@@ -148,18 +142,10 @@ impl RuleSet {
 /// Reading `inner` as a topic and matching it against `outer` is not the same test: a `#`
 /// level of `inner` would be taken as one level named `#` and pass a `+` of `outer`.
 ///
-/// ```
-/// use mqstate_server::security::filter_within;
-///
-/// assert!(filter_within("sensors/+/temp", "sensors/#"));
-/// assert!(!filter_within("sensors/#", "sensors/+"));
-/// assert!(filter_within("sensors", "sensors/#"), "`sensors/#` matches its parent level");
-/// ```
-///
 /// A `#` in the request is within only a `#` of the rule at the same level. (`#` within
 /// `+/#` is refused although both match every topic that does not start with `$`: a rule
 /// is never read as granting more than its levels say.)
-pub fn filter_within(inner: &str, outer: &str) -> bool {
+pub(crate) fn filter_within(inner: &str, outer: &str) -> bool {
     // A filter that starts with a wildcard never matches a topic starting with `$` (4.7.2),
     // so only a literal first level of `inner` can reach such topics.
     if inner.starts_with('$') && (outer.starts_with('+') || outer.starts_with('#')) {
@@ -234,5 +220,32 @@ mod tests {
         assert!(r.allows_subscribe("c", Some("alice"), "sensors/+"));
         assert!(!r.allows_subscribe("c", Some("alice"), "sensors/#"));
         assert!(!r.allows_subscribe("c", Some("alice"), "sensors/t1/x"));
+    }
+
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn rules_parse_and_grant() {
+        use super::RuleSet;
+
+        let r = RuleSet::parse("user:dash subscribe clients/#\nclient:sensor- publish sensors/#\n")
+            .unwrap();
+        assert!(r.allows_subscribe("any", Some("dash"), "clients/x/y"));
+        assert!(!r.allows_subscribe("any", Some("eve"), "clients/x/y"));
+        assert!(r.allows_publish("sensor-7", None, "sensors/7/t"));
+        assert!(!r.allows_publish("sensor-7", None, "other"));
+        assert!(RuleSet::parse("user:a read x").is_err());
+    }
+
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn filters_within_filters() {
+        use super::filter_within;
+
+        assert!(filter_within("sensors/+/temp", "sensors/#"));
+        assert!(!filter_within("sensors/#", "sensors/+"));
+        assert!(
+            filter_within("sensors", "sensors/#"),
+            "`sensors/#` matches its parent level"
+        );
     }
 }

@@ -9,31 +9,22 @@ use crate::error::ServerError;
 ///
 /// File format: one token per line, optionally followed by whitespace and a user name (the
 /// default user name is `sat-{line number}`); blank lines and `#` comments are ignored.
-///
-/// ```
-/// use mqstate_server::security::TokenSet;
-///
-/// let t = TokenSet::parse("# tokens\neyJhbGciOi.x.y  dashboard\nabc\n").unwrap();
-/// assert_eq!(t.user_of(b"eyJhbGciOi.x.y"), Some("dashboard"));
-/// assert_eq!(t.user_of(b"abc"), Some("sat-3"));
-/// assert_eq!(t.user_of(b"nope"), None);
-/// ```
 #[derive(Debug, Clone, Default)]
-pub struct TokenSet {
+pub(crate) struct TokenSet {
     users: HashMap<Vec<u8>, String>,
 }
 
 impl TokenSet {
     /// Reads the token file.
-    pub fn load(path: &Path) -> Result<TokenSet, ServerError> {
+    pub(crate) fn load(path: &Path) -> Result<TokenSet, ServerError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::io(format!("reading the SAT file {}", path.display()), e))?;
         TokenSet::parse(&text)
-            .map_err(|e| ServerError::Config(format!("SAT file {}: {e}", path.display())))
+            .map_err(|e| ServerError::config_caused(format!("SAT file {}", path.display()), e))
     }
 
     /// Parses the token file's text.
-    pub fn parse(text: &str) -> Result<TokenSet, String> {
+    pub(crate) fn parse(text: &str) -> Result<TokenSet, String> {
         let mut users = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -54,9 +45,23 @@ impl TokenSet {
     }
 
     /// The user name a token authenticates as, if it is accepted.
-    pub fn user_of(&self, token: &[u8]) -> Option<&str> {
+    pub(crate) fn user_of(&self, token: &[u8]) -> Option<&str> {
         // Tokens may arrive with a trailing newline when read from a file by the client.
         let token = token.trim_ascii();
         self.users.get(token).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The example that was in the documentation (the item is private to the crate now).
+    #[test]
+    fn tokens_and_their_users() {
+        use super::TokenSet;
+
+        let t = TokenSet::parse("# tokens\neyJhbGciOi.x.y  dashboard\nabc\n").unwrap();
+        assert_eq!(t.user_of(b"eyJhbGciOi.x.y"), Some("dashboard"));
+        assert_eq!(t.user_of(b"abc"), Some("sat-3"));
+        assert_eq!(t.user_of(b"nope"), None);
     }
 }

@@ -14,27 +14,12 @@
 //! With those, the state store counts connections per client id exactly as it does with the
 //! embedded broker's events. Without `log_dest topic`, nothing is detected (registrations
 //! then live until `KEYNOTIFY ... STOP` or a server restart).
-//!
-//! ```
-//! use mqstate_server::broker::BrokerEvent;
-//! use mqstate_server::statestore::mosquitto_log::parse_line;
-//!
-//! assert_eq!(
-//!     parse_line("1700000000: New client connected from 127.0.0.1:5 as my client (p5, c1, k60)."),
-//!     Some(BrokerEvent::Connected("my client".into()))
-//! );
-//! assert_eq!(
-//!     parse_line("1700000000: Client my client closed its connection."),
-//!     Some(BrokerEvent::Disconnected("my client".into()))
-//! );
-//! assert_eq!(parse_line("1700000000: New connection from 127.0.0.1:5 on port 1883."), None);
-//! ```
 
 use crate::broker::BrokerEvent;
 
 /// The log topics the store subscribes to: notices (connects, disconnects) and errors
 /// (takeovers).
-pub const LOG_TOPICS: [&str; 2] = ["$SYS/broker/log/N", "$SYS/broker/log/E"];
+pub(crate) const LOG_TOPICS: [&str; 2] = ["$SYS/broker/log/N", "$SYS/broker/log/E"];
 
 /// The endings of Mosquitto 2.0's "a connection ended" lines that follow `Client {id}`.
 const DISCONNECT_SUFFIXES: &[&str] = &[
@@ -68,21 +53,14 @@ fn text_of(line: &str) -> &str {
 /// connection without a DISCONNECT "session taken over", so this line (published to the old
 /// connection too when it subscribes to the log, just before the close) is how the state
 /// store learns that its own id was taken.
-///
-/// ```
-/// use mqstate_server::statestore::mosquitto_log::taken_over;
-///
-/// assert_eq!(taken_over("1: Client my store already connected, closing old connection."), Some("my store"));
-/// assert_eq!(taken_over("1: Client my store disconnected."), None);
-/// ```
-pub fn taken_over(line: &str) -> Option<&str> {
+pub(crate) fn taken_over(line: &str) -> Option<&str> {
     text_of(line)
         .strip_prefix("Client ")?
         .strip_suffix(" already connected, closing old connection.")
 }
 
 /// Reads one log line (with or without its `{unix time}: ` prefix).
-pub fn parse_line(line: &str) -> Option<BrokerEvent> {
+pub(crate) fn parse_line(line: &str) -> Option<BrokerEvent> {
     let text = text_of(line);
     if let Some(rest) = text.strip_prefix("New client connected from ") {
         // `{addr}:{port} as {id} (p5, c1, k60)` or `... (p5, c1, k60, u'user')`.
@@ -167,5 +145,39 @@ mod tests {
         for (line, expected) in cases {
             assert_eq!(parse_line(line), expected, "{line}");
         }
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn connect_and_disconnect_lines() {
+        use crate::broker::BrokerEvent;
+        use crate::statestore::mosquitto_log::parse_line;
+
+        assert_eq!(
+            parse_line(
+                "1700000000: New client connected from 127.0.0.1:5 as my client (p5, c1, k60)."
+            ),
+            Some(BrokerEvent::Connected("my client".into()))
+        );
+        assert_eq!(
+            parse_line("1700000000: Client my client closed its connection."),
+            Some(BrokerEvent::Disconnected("my client".into()))
+        );
+        assert_eq!(
+            parse_line("1700000000: New connection from 127.0.0.1:5 on port 1883."),
+            None
+        );
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn takeover_lines() {
+        use crate::statestore::mosquitto_log::taken_over;
+
+        assert_eq!(
+            taken_over("1: Client my store already connected, closing old connection."),
+            Some("my store")
+        );
+        assert_eq!(taken_over("1: Client my store disconnected."), None);
     }
 }

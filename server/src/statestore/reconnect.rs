@@ -101,7 +101,7 @@ impl StoreReconnect {
     /// ```
     pub fn check(&self) -> Result<(), ServerError> {
         if !(MIN_MAX_DELAY..=MAX_MAX_DELAY).contains(&self.max_delay) {
-            return Err(ServerError::Config(format!(
+            return Err(ServerError::config(format!(
                 "the store's reconnection max delay is {}: it must be from {} to {}",
                 humantime::format_duration(self.max_delay),
                 humantime::format_duration(MIN_MAX_DELAY),
@@ -109,8 +109,8 @@ impl StoreReconnect {
             )));
         }
         if self.initial_delay.is_zero() {
-            return Err(ServerError::Config(
-                "the store's reconnection initial delay is zero: it must be positive".into(),
+            return Err(ServerError::config(
+                "the store's reconnection initial delay is zero: it must be positive",
             ));
         }
         Ok(())

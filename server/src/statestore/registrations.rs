@@ -6,20 +6,6 @@
 //! are *counted* per client id, because a session takeover (a client reconnecting with the
 //! same id while its old connection is still open) reports the new connect before the old
 //! disconnect: only when the count falls back to zero are the client's registrations dropped.
-//!
-//! ```
-//! use bytes::Bytes;
-//! use mqstate_server::statestore::registrations::Registrations;
-//!
-//! let mut r = Registrations::default();
-//! r.client_connected("c1");
-//! r.register("c1", Bytes::from_static(b"k"));
-//! r.client_connected("c1"); // takeover: new connection first...
-//! r.client_disconnected("c1"); // ...then the old one goes
-//! assert_eq!(r.observers(b"k").count(), 1);
-//! r.client_disconnected("c1");
-//! assert_eq!(r.observers(b"k").count(), 0);
-//! ```
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -27,7 +13,7 @@ use bytes::Bytes;
 
 /// Who observes which key, and how many live connections each client id has.
 #[derive(Debug, Default)]
-pub struct Registrations {
+pub(crate) struct Registrations {
     by_key: HashMap<Bytes, BTreeSet<String>>,
     by_client: HashMap<String, HashSet<Bytes>>,
     connections: HashMap<String, u32>,
@@ -35,7 +21,7 @@ pub struct Registrations {
 
 impl Registrations {
     /// Registers `client_id` for changes of `key` (idempotent).
-    pub fn register(&mut self, client_id: &str, key: Bytes) {
+    pub(crate) fn register(&mut self, client_id: &str, key: Bytes) {
         self.by_key
             .entry(key.clone())
             .or_default()
@@ -47,7 +33,7 @@ impl Registrations {
     }
 
     /// Removes a registration; `false` if there was none (the `:0` reply to STOP).
-    pub fn unregister(&mut self, client_id: &str, key: &[u8]) -> bool {
+    pub(crate) fn unregister(&mut self, client_id: &str, key: &[u8]) -> bool {
         let removed = match self.by_key.get_mut(key) {
             Some(clients) => {
                 let removed = clients.remove(client_id);
@@ -68,7 +54,7 @@ impl Registrations {
     }
 
     /// The clients observing `key`, in a stable (sorted) order.
-    pub fn observers(&self, key: &[u8]) -> impl Iterator<Item = &str> {
+    pub(crate) fn observers(&self, key: &[u8]) -> impl Iterator<Item = &str> {
         self.by_key
             .get(key)
             .into_iter()
@@ -76,22 +62,25 @@ impl Registrations {
     }
 
     /// How many keys `client_id` observes.
-    pub fn keys_of(&self, client_id: &str) -> usize {
+    #[cfg(test)]
+    pub(crate) fn keys_of(&self, client_id: &str) -> usize {
         self.by_client.get(client_id).map_or(0, HashSet::len)
     }
 
     /// The number of (client, key) registrations.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.by_client.values().map(HashSet::len).sum()
     }
 
     /// Whether there is no registration.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_client.is_empty()
     }
 
     /// Drops every registration of a client; returns how many there were.
-    pub fn drop_client(&mut self, client_id: &str) -> usize {
+    pub(crate) fn drop_client(&mut self, client_id: &str) -> usize {
         let Some(keys) = self.by_client.remove(client_id) else {
             return 0;
         };
@@ -107,13 +96,13 @@ impl Registrations {
     }
 
     /// A connection of `client_id` was opened.
-    pub fn client_connected(&mut self, client_id: &str) {
+    pub(crate) fn client_connected(&mut self, client_id: &str) {
         *self.connections.entry(client_id.to_owned()).or_default() += 1;
     }
 
     /// A connection of `client_id` was closed. When it was the client's last one, its
     /// registrations are dropped; returns how many were.
-    pub fn client_disconnected(&mut self, client_id: &str) -> usize {
+    pub(crate) fn client_disconnected(&mut self, client_id: &str) -> usize {
         let remaining = match self.connections.get_mut(client_id) {
             Some(n) => {
                 *n = n.saturating_sub(1);
@@ -131,7 +120,7 @@ impl Registrations {
     }
 
     /// How many open connections the broker reported for `client_id`.
-    pub fn connections_of(&self, client_id: &str) -> u32 {
+    pub(crate) fn connections_of(&self, client_id: &str) -> u32 {
         self.connections.get(client_id).copied().unwrap_or(0)
     }
 }
@@ -179,5 +168,21 @@ mod tests {
         assert_eq!(r.observers(b"k").collect::<Vec<_>>(), vec!["b"]);
         // An unmatched disconnect is harmless.
         assert_eq!(r.client_disconnected("a"), 0);
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn registrations_survive_a_takeover() {
+        use crate::statestore::registrations::Registrations;
+        use bytes::Bytes;
+
+        let mut r = Registrations::default();
+        r.client_connected("c1");
+        r.register("c1", Bytes::from_static(b"k"));
+        r.client_connected("c1"); // takeover: new connection first...
+        r.client_disconnected("c1"); // ...then the old one goes
+        assert_eq!(r.observers(b"k").count(), 1);
+        r.client_disconnected("c1");
+        assert_eq!(r.observers(b"k").count(), 0);
     }
 }

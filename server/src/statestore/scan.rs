@@ -15,27 +15,6 @@
 //! and is answered `-ERR` with a text that says so; it never selects a page. The check is
 //! not a secret: a position is not a capability (any client may scan from anywhere by
 //! choosing its pattern), so the token only has to be recognisably ours and intact.
-//!
-//! ```
-//! use std::time::Instant;
-//! use bytes::Bytes;
-//! use mqstate::Hlc;
-//! use mqstate::protocol::resp3::ScanPage;
-//! use mqstate_server::statestore::scan;
-//! use mqstate_server::statestore::store::{ScanLimits, SetArgs, Store};
-//!
-//! let (mut store, now) = (Store::new(None), Instant::now());
-//! for key in ["k1", "k2", "other"] {
-//!     let args = SetArgs::new(Bytes::from(key), Bytes::from_static(b"v"));
-//!     store.set(args, Hlc::new(1, 0, "StateStore"), now).unwrap();
-//! }
-//! let limits = ScanLimits { max_keys: 1, ..ScanLimits::default() };
-//! let first: ScanPage = scan::page(&store, b"k*", None, limits, now).unwrap();
-//! assert_eq!(first.keys, vec![Bytes::from("k1")]);
-//! let second = scan::page(&store, b"k*", first.token.as_deref(), limits, now).unwrap();
-//! assert_eq!((second.keys, second.token), (vec![Bytes::from("k2")], None));
-//! assert!(scan::page(&store, b"k*", Some(b"forged"), limits, now).is_err());
-//! ```
 
 use std::time::Instant;
 
@@ -53,7 +32,7 @@ const CHECK_LEN: usize = 8;
 
 /// Answers one `SCAN`: the page after `token` (from the start without one), or the error to
 /// answer with (a malformed pattern, a token that is not one of ours for this pattern).
-pub fn page(
+pub(crate) fn page(
     store: &Store,
     pattern: &[u8],
     token: Option<&[u8]>,
@@ -92,7 +71,7 @@ const OVERHEAD_PER_ELEMENT: usize = 16;
 /// it) and the token. A key longer than about a third of the maximum packet size therefore
 /// cannot be listed (docs/protocol.md says so); the broker refuses such a SET anyway when it
 /// arrives as one packet with its value.
-pub fn limits_for_packet(max_packet_size: usize) -> ScanLimits {
+pub(crate) fn limits_for_packet(max_packet_size: usize) -> ScanLimits {
     let defaults = ScanLimits::default();
     let budget = max_packet_size / 4;
     ScanLimits {
@@ -363,5 +342,31 @@ mod tests {
         let store = store_with([b"k".to_vec()], now);
         let err = page(&store, b"k[", None, ScanLimits::default(), now).unwrap_err();
         assert!(err.text().contains("no closing ']'"), "{}", err.text());
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn pages_follow_their_tokens() {
+        use crate::statestore::scan;
+        use crate::statestore::store::{ScanLimits, SetArgs, Store};
+        use bytes::Bytes;
+        use mqstate::Hlc;
+        use mqstate::protocol::resp3::ScanPage;
+        use std::time::Instant;
+
+        let (mut store, now) = (Store::new(None), Instant::now());
+        for key in ["k1", "k2", "other"] {
+            let args = SetArgs::new(Bytes::from(key), Bytes::from_static(b"v"));
+            store.set(args, Hlc::new(1, 0, "StateStore"), now).unwrap();
+        }
+        let limits = ScanLimits {
+            max_keys: 1,
+            ..ScanLimits::default()
+        };
+        let first: ScanPage = scan::page(&store, b"k*", None, limits, now).unwrap();
+        assert_eq!(first.keys, vec![Bytes::from("k1")]);
+        let second = scan::page(&store, b"k*", first.token.as_deref(), limits, now).unwrap();
+        assert_eq!((second.keys, second.token), (vec![Bytes::from("k2")], None));
+        assert!(scan::page(&store, b"k*", Some(b"forged"), limits, now).is_err());
     }
 }

@@ -19,13 +19,6 @@
 //!   check is the hub's, see [`WebAuth::accept_service_tokens`]).
 //!
 //! Anything else gets `401` (a page of the dashboard: a redirect to `/login`).
-//!
-//! ```
-//! use mqstate_server::web::auth::WebAuth;
-//!
-//! let auth = WebAuth::new("s3cret-token".into(), None);
-//! assert_eq!(auth.token(), "s3cret-token");
-//! ```
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,13 +34,13 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::guard::refuse;
+use super::refusal::refuse;
 use crate::error::ServerError;
 use crate::security::AccessControl;
 use crate::untrusted::cut;
 
 /// The session cookie's name.
-pub const SESSION_COOKIE: &str = "mqstate_session";
+pub(crate) const SESSION_COOKIE: &str = "mqstate_session";
 /// How long a dashboard session lasts.
 const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Sessions one user (or the access token) keeps at most: one more login ends that user's
@@ -56,14 +49,15 @@ pub const MAX_SESSIONS_PER_USER: usize = 32;
 /// Sessions kept at most, all users together, so that logins cannot grow memory: beyond it a
 /// login is refused (`503`) until sessions end. Never reached by evicting: that would let
 /// one user log everyone else out.
-pub const MAX_SESSIONS: usize = 4096;
+pub(crate) const MAX_SESSIONS: usize = 4096;
 /// The largest login request body: a token, a user name and a password.
 const LOGIN_BODY_LIMIT: usize = 16 * 1024;
 const LOGIN_HTML: &str = include_str!("../dashboard/assets/login.html");
 
 /// Checks a service SAS token for a request (method, path, token): `Err` says why it is
-/// refused. Given by the IoT Hub ([`crate::iothub::http::service_token_check`]).
-pub type ServiceTokenCheck = Box<dyn Fn(&Method, &str, &str) -> Result<(), String> + Send + Sync>;
+/// refused. Given by the IoT Hub ([`crate::iothub::admin::service_token_check`]).
+pub(crate) type ServiceTokenCheck =
+    Box<dyn Fn(&Method, &str, &str) -> Result<(), String> + Send + Sync>;
 
 /// The credentials a web surface accepts; see the module documentation.
 pub struct WebAuth {
@@ -118,12 +112,12 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
 
 /// Reads the access token from `path` (its first line), or writes a new random one there
 /// (mode 0600) when the file does not exist.
-pub fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
+pub(crate) fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let token = text.lines().next().unwrap_or_default().trim().to_owned();
             if token.len() < 16 {
-                return Err(ServerError::Config(format!(
+                return Err(ServerError::config(format!(
                     "web token file {}: the token must be at least 16 characters",
                     path.display()
                 )));
@@ -149,7 +143,7 @@ pub fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
 impl WebAuth {
     /// Accepts `token` as a bearer token or at the login page, and the users of `users`
     /// (the broker's access control) with HTTP Basic or at the login page.
-    pub fn new(token: String, users: Option<Arc<AccessControl>>) -> Self {
+    pub(crate) fn new(token: String, users: Option<Arc<AccessControl>>) -> Self {
         WebAuth {
             token_digest: digest(token.as_bytes()),
             token,
@@ -161,12 +155,12 @@ impl WebAuth {
 
     /// Also admits `Authorization: SharedAccessSignature ...` when `check` accepts the token
     /// for the request; the first check set stays.
-    pub fn accept_service_tokens(&self, check: ServiceTokenCheck) {
+    pub(crate) fn accept_service_tokens(&self, check: ServiceTokenCheck) {
         let _ = self.service_tokens.set(check);
     }
 
     /// The access token.
-    pub fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         &self.token
     }
 
@@ -288,7 +282,7 @@ pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
 /// `router` with the login page and the credential check in front of every other route.
 /// The server must be run with `into_make_service_with_connect_info::<SocketAddr>()` (the
 /// peer's address throttles password guesses).
-pub fn require(router: Router, auth: Arc<WebAuth>) -> Router {
+pub(crate) fn require(router: Router, auth: Arc<WebAuth>) -> Router {
     let login = Router::new()
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
@@ -512,5 +506,14 @@ mod tests {
         // A session that ends makes room.
         auth.end_session(&again);
         assert!(auth.new_session(Holder::User("newcomer".into())).is_ok());
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn the_token_is_kept() {
+        use crate::web::auth::WebAuth;
+
+        let auth = WebAuth::new("s3cret-token".into(), None);
+        assert_eq!(auth.token(), "s3cret-token");
     }
 }

@@ -24,17 +24,6 @@
 //! - **Sizes and times**: a request head must arrive within [`HEAD_TIMEOUT`] and fit in
 //!   [`MAX_HEAD_BYTES`]; a body is read up to [`DEFAULT_BODY_LIMIT`] unless a route sets its
 //!   own limit (the admin API, the login page).
-//!
-//! ```
-//! use mqstate_server::web::guard::AllowedHosts;
-//!
-//! let hosts = AllowedHosts::new(["hub.local"]);
-//! assert!(hosts.allows("127.0.0.1:8880"));
-//! assert!(hosts.allows("[::1]:8880"));
-//! assert!(hosts.allows("localhost:8880"));
-//! assert!(hosts.allows("HUB.local"));
-//! assert!(!hosts.allows("attacker.example:8880"));
-//! ```
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -44,7 +33,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::MethodRouter;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -52,26 +41,27 @@ use tokio::task::JoinSet;
 use crate::untrusted::cut;
 use crate::web::auth::WebAuth;
 use crate::web::http1::HeadLimits;
+use crate::web::refusal::refuse;
 
 /// How long a client has to send a request's head; an idle keep-alive connection is closed
 /// after as long.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest request head (request line and headers); larger ones get `431`.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The largest request body of a route that sets no limit of its own (`413` beyond).
-pub const DEFAULT_BODY_LIMIT: usize = 2 * 1024 * 1024;
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// The host names a web surface answers to, besides IP addresses and `localhost`.
 #[derive(Debug, Clone, Default)]
-pub struct AllowedHosts {
+pub(crate) struct AllowedHosts {
     names: Vec<String>,
 }
 
 impl AllowedHosts {
     /// IP addresses, `localhost` and `names` (compared without case).
-    pub fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Self {
+    pub(crate) fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Self {
         AllowedHosts {
             names: names
                 .into_iter()
@@ -81,7 +71,7 @@ impl AllowedHosts {
     }
 
     /// Whether a `Host` header's value (with or without a port) names this server.
-    pub fn allows(&self, host: &str) -> bool {
+    pub(crate) fn allows(&self, host: &str) -> bool {
         let name = host_name(host);
         name.parse::<IpAddr>().is_ok()
             || name.eq_ignore_ascii_case("localhost")
@@ -104,7 +94,7 @@ fn host_name(host: &str) -> &str {
 /// `router` with the checks of this module in front of every route, then, when `auth` is
 /// given, the credentials check of [`crate::web::auth`] (and its login page). Serve the
 /// result with [`serve`].
-pub fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) -> Router {
+pub(crate) fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) -> Router {
     let router = match auth {
         Some(auth) => crate::web::auth::require(router, auth),
         None => router,
@@ -117,15 +107,7 @@ pub fn guard(router: Router, hosts: AllowedHosts, auth: Option<Arc<WebAuth>>) ->
 /// Marks `route` as changing state although it is a `GET` (it locks, receives or consumes
 /// something): it is refused to browsers from elsewhere like a POST is (see the module
 /// documentation). Routes with other methods need no mark: their method says it.
-///
-/// ```
-/// use axum::routing::get;
-/// use mqstate_server::web::guard::state_changing;
-///
-/// let app: axum::Router = axum::Router::new()
-///     .route("/queue/next", state_changing(get(|| async { "locked for you" })));
-/// ```
-pub fn state_changing<S>(route: MethodRouter<S>) -> MethodRouter<S>
+pub(crate) fn state_changing<S>(route: MethodRouter<S>) -> MethodRouter<S>
 where
     S: Clone + Send + Sync + 'static,
 {
@@ -144,7 +126,7 @@ async fn only_from_here(request: Request, next: Next) -> Response {
 /// bounded in time and size ([`HEAD_TIMEOUT`], [`MAX_HEAD_BYTES`]), which `axum::serve`
 /// cannot do; handlers get the peer's address (`ConnectInfo<SocketAddr>`), which the
 /// credentials check throttles password guesses by.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -190,12 +172,6 @@ async fn connection(
     if let Err(e) = crate::web::http1::serve(stream, peer, router, limits, stop).await {
         tracing::debug!(%peer, error = %e, "web: connection ended");
     }
-}
-
-/// The JSON error every web surface answers with: `{"errorCode": code, "message": message}`.
-pub(crate) fn refuse(status: StatusCode, code: &str, message: String) -> Response {
-    let body = serde_json::json!({ "errorCode": code, "message": message });
-    (status, axum::Json(body)).into_response()
 }
 
 /// The `Host` a request names (its header, or the authority of an absolute URI).
@@ -379,6 +355,31 @@ mod tests {
         assert!(
             from_elsewhere(&headers(&[("origin", "http://127.0.0.1:8880")]), None).is_some(),
             "without a Host, no origin is the server's own"
+        );
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn allowed_hosts() {
+        use crate::web::guard::AllowedHosts;
+
+        let hosts = AllowedHosts::new(["hub.local"]);
+        assert!(hosts.allows("127.0.0.1:8880"));
+        assert!(hosts.allows("[::1]:8880"));
+        assert!(hosts.allows("localhost:8880"));
+        assert!(hosts.allows("HUB.local"));
+        assert!(!hosts.allows("attacker.example:8880"));
+    }
+
+    /// The example that was in this module's documentation.
+    #[test]
+    fn state_changing_marks_a_get() {
+        use crate::web::guard::state_changing;
+        use axum::routing::get;
+
+        let _app: axum::Router = axum::Router::new().route(
+            "/queue/next",
+            state_changing(get(|| async { "locked for you" })),
         );
     }
 }

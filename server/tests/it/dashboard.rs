@@ -1039,7 +1039,7 @@ async fn cross_site_pages_cannot_lock_feedback_with_the_operators_session() {
 /// cap, which refuses rather than evicts, is tested in `server/src/web/auth.rs`.)
 #[tokio::test]
 async fn logins_beyond_a_users_cap_end_only_that_users_oldest_session() {
-    use mqstate_server::web::auth::MAX_SESSIONS_PER_USER;
+    use mqstate_server::web::MAX_SESSIONS_PER_USER;
     let dir = tempfile::tempdir().unwrap();
     let passwd = dir.path().join("passwd");
     mqstate_server::security::set_password(&passwd, "alice", "alice's password").unwrap();
@@ -1085,7 +1085,7 @@ async fn logins_beyond_a_users_cap_end_only_that_users_oldest_session() {
 async fn the_web_surfaces_bound_bodies_heads_and_token_lifetimes() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (server, admin) = start_feedback(None).await;
-    let limit = mqstate_server::iothub::http::body_limit(64 * 1024);
+    let limit = mqstate_server::iothub::admin::body_limit(64 * 1024);
     let json_type = ("content-type", "application/json");
     // The largest legitimate message, every byte escaped in JSON: accepted.
     let escaped = "\\u0001".repeat(64 * 1024);

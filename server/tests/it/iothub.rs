@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use mqstate_server::iothub::client::{AdminClient, AdminError};
-use mqstate_server::iothub::http::SendRequest;
+use mqstate_server::iothub::admin::{AdminClient, AdminError, SendRequest};
 use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, DeviceTls, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackStatus,
     IotHub, IotHubConfig, IotHubError, IotHubServer, LockedMessage, MessageState, Settlement, sas,

@@ -77,7 +77,8 @@ async fn a_bad_hub_file_is_a_data_dir_error_and_is_left_alone() {
     // Locked by a running hub.
     let first = IotHubServer::start(hub_config(tmp.path())).await.unwrap();
     match IotHubServer::start(hub_config(tmp.path())).await {
-        Err(IotHubError::DataDir(text)) => {
+        Err(IotHubError::DataDir(e)) => {
+            let text = e.to_string();
             assert!(text.contains(HUB_FILE) && text.contains("locked"), "{text}");
         }
         other => panic!("expected a data dir error, got {other:?}"),

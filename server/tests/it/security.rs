@@ -594,7 +594,7 @@ async fn attach_mode_over_tls_with_a_password_to_mosquitto() {
     };
     let mosquitto = match mqstate_testing::Mosquitto::start_with_extra_config(setup) {
         Ok(m) => m,
-        Err(e @ ServerError::MosquittoNotInstalled { .. })
+        Err(e @ mqstate_testing::MosquittoError::NotInstalled { .. })
             if !mqstate_testing::mosquitto_required() =>
         {
             println!("SKIPPED attach_mode_over_tls_with_a_password_to_mosquitto: {e}");

@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 
 use mqstate::ReconnectPolicy;
 use mqstate::iothub::{DeviceClient, DeviceOptions};
-use mqstate_server::iothub::client::AdminClient;
-use mqstate_server::iothub::http::SendRequest;
+use mqstate_server::iothub::admin::{AdminClient, SendRequest};
 use mqstate_server::iothub::{Ack, Device, FeedbackStatus};
 
 /// How a run goes.

@@ -33,10 +33,11 @@ use fe2o3_amqp::types::sasl::{SaslCode, SaslInit, SaslOutcome, SaslResponse};
 use tokio::sync::{mpsc, watch};
 
 use super::convert;
+use super::receive::{self, Ended};
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::policies::{Right, ServiceGrant};
-use crate::iothub::sas::SasToken;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::policies::{Right, ServiceGrant};
+use crate::iothub::domain::sas::SasToken;
 use crate::untrusted::cut;
 
 /// The token types the hub accepts (the SDKs send the first; the second is IoT Hub's own).
@@ -395,20 +396,18 @@ pub(super) async fn serve_requests(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let delivery = tokio::select! {
-            d = receiver.recv::<Body<Value>>() => d,
-            _ = stop.changed() => {
-                let _ = receiver.close().await;
-                return;
-            }
-        };
-        let delivery = match delivery {
+        let no_device = std::future::pending();
+        let delivery = match receive::next(&mut receiver, &mut stop, None, no_device).await {
             Ok(d) => d,
-            Err(e) => {
+            Err(Ended::Failed(e)) => {
                 tracing::debug!(error = %e, "iothub amqp: $cbs request link ended");
                 let _ = receiver
                     .close_with_error(convert::error(AmqpError::DecodeError, e.to_string()))
                     .await;
+                return;
+            }
+            Err(Ended::Stop | Ended::Expired | Ended::Closed(_)) => {
+                let _ = receiver.close().await;
                 return;
             }
         };
@@ -464,30 +463,6 @@ pub(super) async fn serve_replies(
                 tracing::debug!(error = %e, "iothub amqp: $cbs reply not sent");
                 let _ = sender.close().await;
                 return;
-            }
-        }
-    }
-}
-
-/// Resolves when the connection's ServiceConnect claims have expired (at once when it has
-/// none); a renewal (a newer put-token) moves the deadline.
-pub(super) async fn expired(expiry: &mut watch::Receiver<Option<SystemTime>>) {
-    loop {
-        let at = *expiry.borrow_and_update();
-        let Some(at) = at else { return };
-        let Ok(left) = at.duration_since(SystemTime::now()) else {
-            return;
-        };
-        if left.is_zero() {
-            return;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(left) => {}
-            changed = expiry.changed() => {
-                if changed.is_err() {
-                    // The connection is gone: nothing renews the claims any more.
-                    tokio::time::sleep(left).await;
-                }
             }
         }
     }

@@ -10,10 +10,13 @@ use fe2o3_amqp::types::messaging::{
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
 
-use crate::iothub::error::IotHubError;
-use crate::iothub::message::{Ack, C2dMessage, FEEDBACK_CONTENT_TYPE, FeedbackBatch, format_time};
-use crate::iothub::properties::Property;
-use crate::iothub::queue::LockedMessage;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::message::{
+    Ack, C2dMessage, FEEDBACK_CONTENT_TYPE, FeedbackBatch, format_time,
+};
+use crate::iothub::domain::properties::Property;
+use crate::iothub::domain::queue::LockedMessage;
+use crate::iothub::domain::system_properties::SystemProperties;
 
 /// The condition SDKs map to their argument errors (Node `ArgumentError`).
 const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
@@ -29,7 +32,7 @@ pub(super) fn error(
 /// The condition IoT Hub rejects a send or refuses a link with, for `e`. Node's
 /// `translateError` (azure-iothub `amqp_service_errors.js`, `common-amqp/amqp_common_errors.js`)
 /// turns each into the error the SDK documents.
-pub(super) fn hub_error(e: &IotHubError) -> definitions::Error {
+pub(crate) fn hub_error(e: &IotHubError) -> definitions::Error {
     let condition: ErrorCondition = match e {
         IotHubError::DeviceNotFound(_) => AmqpError::NotFound.into(),
         IotHubError::QueueFull { .. } => AmqpError::ResourceLimitExceeded.into(),
@@ -120,7 +123,7 @@ pub(super) fn device_in_to(to: Option<&str>) -> Result<&str, IotHubError> {
 
 /// The ids `raw` may name: URL-decoded first (Node), then as is (Python sends it raw, and
 /// an IoT Hub device id may contain `%`).
-pub(super) fn device_candidates(raw: &str) -> Vec<String> {
+pub(crate) fn device_candidates(raw: &str) -> Vec<String> {
     let mut out = Vec::with_capacity(2);
     if let Ok(decoded) = percent_encoding::percent_decode_str(raw).decode_utf8()
         && decoded != raw
@@ -169,7 +172,7 @@ fn body_bytes(body: Body<Value>) -> Result<Vec<u8>, IotHubError> {
 /// Converts a service SDK's C2D message: its properties (message id, correlation id, user id,
 /// content type and encoding, absolute expiry time), its application properties
 /// (`iothub-ack` is the ack mode) and its body. Returns the raw device id of its `to` too.
-pub(super) fn c2d_message(
+pub(crate) fn c2d_message(
     message: Message<Body<Value>>,
 ) -> Result<(String, C2dMessage), IotHubError> {
     let properties = message.properties.unwrap_or_default();
@@ -215,8 +218,8 @@ pub(super) fn c2d_message(
 /// content type [`FEEDBACK_CONTENT_TYPE`], user id the hub name, message id the lock token,
 /// the batch's enqueued time as the `iothub-enqueuedtime` annotation.
 pub(super) fn feedback_message(batch: &FeedbackBatch) -> Result<Message<Data>, IotHubError> {
-    let json = serde_json::to_vec(&batch.records)
-        .map_err(|e| IotHubError::Io(format!("feedback records: {e}")))?;
+    let json =
+        serde_json::to_vec(&batch.records).map_err(|e| IotHubError::io("feedback records", e))?;
     let enqueued = humantime::parse_rfc3339_weak(&batch.enqueued_time_utc)
         .unwrap_or_else(|_| SystemTime::now());
     let millis = enqueued
@@ -274,20 +277,25 @@ fn lock_token_uuid(token: &str) -> Option<Value> {
 /// `message.transportObj.delivery_count`) and the annotations IoT Hub sets: `iothub-enqueuedtime`,
 /// `x-opt-sequence-number`, `x-opt-lock-token` (what the .NET device SDK takes the lock
 /// token from; the delivery tag is fe2o3's own, so it is not the lock token here).
-pub(super) fn device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
+pub(crate) fn device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
     let m = &locked.message;
+    let sp = SystemProperties::of(device_id, m, locked.expiry_time);
+    let text = |v: Option<&str>| v.map(str::to_owned);
     let mut properties = Properties::builder()
-        .to(format!("/devices/{device_id}/messages/devicebound"))
-        .absolute_expiry_time(timestamp(locked.expiry_time))
+        .to(sp.to.clone())
+        .absolute_expiry_time(timestamp(sp.expiry))
         .build();
-    properties.message_id = m.message_id.clone().map(MessageId::String);
-    properties.correlation_id = m.correlation_id.clone().map(MessageId::String);
-    properties.user_id = m.user_id.clone().map(|u| Binary::from(u.into_bytes()));
-    properties.content_type = m.content_type.clone().map(Symbol::from);
-    properties.content_encoding = m.content_encoding.clone().map(Symbol::from);
+    properties.message_id = text(sp.message_id).map(MessageId::String);
+    properties.correlation_id = text(sp.correlation_id).map(MessageId::String);
+    properties.user_id = text(sp.user_id).map(|u| Binary::from(u.into_bytes()));
+    properties.content_type = text(sp.content_type).map(Symbol::from);
+    properties.content_encoding = text(sp.content_encoding).map(Symbol::from);
     let mut app = ApplicationProperties::builder();
-    if m.ack != Ack::None {
-        app = app.insert("iothub-ack", SimpleValue::String(m.ack.as_str().to_owned()));
+    if sp.ack != Ack::None {
+        app = app.insert(
+            "iothub-ack",
+            SimpleValue::String(sp.ack.as_str().to_owned()),
+        );
     }
     for (name, value) in &m.properties {
         let value = value.clone().map_or(SimpleValue::Null, SimpleValue::String);
@@ -327,7 +335,7 @@ pub(super) fn device_message(device_id: &str, locked: &LockedMessage) -> Message
 /// -> `$.ifid`, `dt-subject` -> `$.sub`: azure-iot-amqp-base `amqp_message.js` `fromMessage`),
 /// and the application properties stay as they are. A body over `max` bytes is refused with
 /// [`IotHubError::PayloadTooLarge`] (`amqp:link:message-size-exceeded`).
-pub(super) fn telemetry(
+pub(crate) fn telemetry(
     message: Message<Body<Value>>,
     max: usize,
 ) -> Result<(Vec<Property>, Vec<u8>), IotHubError> {
@@ -405,41 +413,12 @@ fn annotation_key(key: &fe2o3_amqp::types::messaging::annotations::OwnedKey) -> 
     }
 }
 
-/// The conversions for `crate::fuzzing`, which cannot name this module.
-#[cfg(any(test, feature = "fuzzing"))]
-impl crate::fuzzing::Hooks {
-    pub(crate) fn amqp_c2d_message(
-        message: Message<Body<Value>>,
-    ) -> Result<(String, C2dMessage), IotHubError> {
-        c2d_message(message)
-    }
-
-    pub(crate) fn amqp_device_candidates(raw: &str) -> Vec<String> {
-        device_candidates(raw)
-    }
-
-    pub(crate) fn amqp_device_message(device_id: &str, locked: &LockedMessage) -> Message<Data> {
-        device_message(device_id, locked)
-    }
-
-    pub(crate) fn amqp_telemetry(
-        message: Message<Body<Value>>,
-        max: usize,
-    ) -> Result<(Vec<Property>, Vec<u8>), IotHubError> {
-        telemetry(message, max)
-    }
-
-    pub(crate) fn amqp_condition(e: &IotHubError) -> String {
-        format!("{:?}", hub_error(e).condition)
-    }
-}
-
 /// A message's `absolute-expiry-time` (milliseconds since the Unix epoch, as the peer wrote
-/// it), refused before 1970 or after the year 9999 (crate::iothub::time).
+/// it), refused before 1970 or after the year 9999 (crate::iothub::domain::time).
 fn absolute_expiry(millis: i64) -> Result<SystemTime, IotHubError> {
     let millis = u64::try_from(millis)
         .map_err(|_| IotHubError::invalid("the absolute expiry time is before 1970"))?;
-    crate::iothub::time::from_unix_millis(millis)
+    crate::iothub::domain::time::from_unix_millis(millis)
         .ok_or_else(|| IotHubError::invalid("the absolute expiry time is after the year 9999"))
 }
 
@@ -520,7 +499,7 @@ mod tests {
         );
         assert!(matches!(
             m.expiry,
-            Some(crate::iothub::message::Expiry::At(_))
+            Some(crate::iothub::domain::message::Expiry::At(_))
         ));
     }
 }

@@ -25,18 +25,17 @@ use std::time::{Duration, SystemTime};
 use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::link::{Receiver, SendError, Sender};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
-use fe2o3_amqp::types::messaging::{Body, Outcome};
+use fe2o3_amqp::types::messaging::{Body, Data, Message, Outcome};
 use fe2o3_amqp::types::primitives::Value;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::cbs;
 use super::convert;
-use super::twin;
+use super::receive::{self, Ended};
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::hub::ToConnection;
-use crate::iothub::queue::Settlement;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::hub::ToConnection;
+use crate::iothub::domain::queue::Settlement;
 
 /// How long one wait for a message lasts before it starts again (it ends earlier on events).
 const WAIT: Duration = Duration::from_secs(60);
@@ -61,7 +60,7 @@ pub(super) struct Devices {
     hub: IotHub,
     joined: Mutex<HashMap<String, Joined>>,
     /// Where twin requests are answered: the twin response links open on this connection.
-    twin_routes: twin::Routes,
+    twin_routes: Routes,
 }
 
 impl std::fmt::Debug for Devices {
@@ -84,7 +83,7 @@ impl Devices {
         Arc::new(Devices {
             hub,
             joined: Mutex::new(HashMap::new()),
-            twin_routes: twin::Routes::default(),
+            twin_routes: Routes::default(),
         })
     }
 
@@ -165,8 +164,8 @@ impl Member {
         &self.device_id
     }
 
-    /// The twin response links of this AMQP connection ([`twin::Routes`]).
-    pub(super) fn twin_routes(&self) -> &twin::Routes {
+    /// The twin response links of this AMQP connection ([`Routes`]).
+    pub(super) fn twin_routes(&self) -> &Routes {
         &self.devices.twin_routes
     }
 
@@ -176,6 +175,67 @@ impl Member {
             Ok(why) => why.clone().unwrap_or_default(),
             Err(_) => "the device's connection ended".to_owned(),
         }
+    }
+}
+
+/// One twin receiver link of the device (the hub sends the answers on it).
+struct Route {
+    key: u64,
+    device_id: String,
+    channel: Option<String>,
+    answers: mpsc::UnboundedSender<Message<Data>>,
+}
+
+/// The twin receiver links open on one AMQP connection: where the answer to a request goes
+/// (kept here, with the connection's devices, so that the twin links' module depends on this
+/// one and not the other way round).
+#[derive(Default)]
+pub(super) struct Routes {
+    inner: Mutex<(u64, Vec<Route>)>,
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routes").finish_non_exhaustive()
+    }
+}
+
+impl Routes {
+    pub(super) fn add(
+        &self,
+        device_id: &str,
+        channel: Option<String>,
+        answers: mpsc::UnboundedSender<Message<Data>>,
+    ) -> u64 {
+        let mut inner = relock(&self.inner);
+        inner.0 += 1;
+        let key = inner.0;
+        inner.1.push(Route {
+            key,
+            device_id: device_id.to_owned(),
+            channel,
+            answers,
+        });
+        key
+    }
+
+    pub(super) fn remove(&self, key: u64) {
+        relock(&self.inner).1.retain(|r| r.key != key);
+    }
+
+    /// The device's receiver link of `channel`; else its newest twin receiver link (a client
+    /// that sets no channel property still gets its answers).
+    pub(super) fn find(
+        &self,
+        device_id: &str,
+        channel: Option<&str>,
+    ) -> Option<mpsc::UnboundedSender<Message<Data>>> {
+        let inner = relock(&self.inner);
+        let device = || inner.1.iter().rev().filter(|r| r.device_id == device_id);
+        device()
+            .find(|r| channel.is_some() && r.channel.as_deref() == channel)
+            .or_else(|| device().next())
+            .map(|r| r.answers.clone())
     }
 }
 
@@ -291,7 +351,7 @@ pub(super) async fn serve_devicebound(
                 let sent = tokio::select! {
                     s = sender.send_batchable(sendable) => Ok(s),
                     why = member.closed() => Err(End::Closed(why)),
-                    () = cbs::expired(&mut expiry) => Err(End::Expired),
+                    () = receive::expired(&mut expiry) => Err(End::Expired),
                     _ = stop.changed() => Err(End::Stop),
                 };
                 match sent {
@@ -337,7 +397,7 @@ pub(super) async fn serve_devicebound(
             }
             _ = sender.on_detach() => break End::Detached,
             why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
+            () = receive::expired(&mut expiry) => break End::Expired,
             _ = stop.changed() => break End::Stop,
         }
     };
@@ -366,15 +426,15 @@ pub(super) async fn next_delivery(
     stop: &mut watch::Receiver<bool>,
     link: &str,
 ) -> Result<Delivery<Body<Value>>, End> {
-    let delivery = tokio::select! {
-        d = receiver.recv::<Body<Value>>() => d,
-        why = member.closed() => return Err(End::Closed(why)),
-        () = cbs::expired(expiry) => return Err(End::Expired),
-        _ = stop.changed() => return Err(End::Stop),
-    };
-    delivery.map_err(|e| {
-        tracing::debug!(device = %member.device_id, error = %e, link, "iothub amqp: device link ended");
-        End::Detached
+    let next = receive::next(receiver, stop, Some(expiry), member.closed()).await;
+    next.map_err(|ended| match ended {
+        Ended::Stop => End::Stop,
+        Ended::Expired => End::Expired,
+        Ended::Closed(why) => End::Closed(why),
+        Ended::Failed(e) => {
+            tracing::debug!(device = %member.device_id, error = %e, link, "iothub amqp: device link ended");
+            End::Detached
+        }
     })
 }
 

@@ -6,15 +6,14 @@ use std::sync::Arc;
 
 use fe2o3_amqp::link::Receiver;
 use fe2o3_amqp::types::definitions::AmqpError;
-use fe2o3_amqp::types::messaging::Body;
-use fe2o3_amqp::types::primitives::Value;
 use tokio::sync::watch;
 
-use super::cbs::{self, Cbs};
+use super::cbs::Cbs;
 use super::convert;
+use super::receive::{self, Ended};
 use crate::iothub::IotHub;
-use crate::iothub::error::IotHubError;
-use crate::iothub::message::C2dMessage;
+use crate::iothub::IotHubError;
+use crate::iothub::domain::message::C2dMessage;
 
 /// Sends `message` to the device `raw` names (URL-decoded, or as is: see
 /// [`convert::device_candidates`]), and waits until it is durable.
@@ -44,9 +43,11 @@ pub(super) async fn serve(
     let mut expiry = cbs.expiry();
     drop(cbs);
     loop {
-        let delivery = tokio::select! {
-            d = receiver.recv::<Body<Value>>() => d,
-            () = cbs::expired(&mut expiry) => {
+        let no_device = std::future::pending();
+        let next = receive::next(&mut receiver, &mut stop, Some(&mut expiry), no_device);
+        let delivery = match next.await {
+            Ok(d) => d,
+            Err(Ended::Expired) => {
                 tracing::info!("iothub amqp: the SAS token expired; C2D link detached");
                 let e = convert::error(
                     AmqpError::UnauthorizedAccess,
@@ -55,18 +56,15 @@ pub(super) async fn serve(
                 let _ = receiver.close_with_error(e).await;
                 return;
             }
-            _ = stop.changed() => {
-                let _ = receiver.close().await;
-                return;
-            }
-        };
-        let delivery = match delivery {
-            Ok(d) => d,
-            Err(e) => {
+            Err(Ended::Failed(e)) => {
                 tracing::debug!(error = %e, "iothub amqp: C2D link ended");
                 let _ = receiver
                     .close_with_error(convert::error(AmqpError::DecodeError, e.to_string()))
                     .await;
+                return;
+            }
+            Err(Ended::Stop | Ended::Closed(_)) => {
+                let _ = receiver.close().await;
                 return;
             }
         };

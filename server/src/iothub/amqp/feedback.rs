@@ -12,8 +12,9 @@ use fe2o3_amqp::types::definitions::AmqpError;
 use fe2o3_amqp::types::messaging::Outcome;
 use tokio::sync::watch;
 
-use super::cbs::{self, Cbs};
+use super::cbs::Cbs;
 use super::convert;
+use super::receive;
 use crate::iothub::IotHub;
 
 /// How long one wait for a batch lasts before it starts again (it ends earlier on events).
@@ -55,7 +56,7 @@ pub(super) async fn serve(
         let batch = tokio::select! {
             b = hub.receive_feedback(WAIT) => Ok(b),
             _ = sender.on_detach() => Err(End::Detached),
-            () = cbs::expired(&mut expiry) => Err(End::Expired),
+            () = receive::expired(&mut expiry) => Err(End::Expired),
             _ = stop.changed() => Err(End::Stop),
         };
         let batch = match batch {
@@ -74,7 +75,7 @@ pub(super) async fn serve(
         // Waits for credit; the batch stays locked meanwhile (its lock timeout frees it).
         let sent = tokio::select! {
             s = sender.send_batchable(message) => Ok(s),
-            () = cbs::expired(&mut expiry) => Err(End::Expired),
+            () = receive::expired(&mut expiry) => Err(End::Expired),
             _ = stop.changed() => Err(End::Stop),
         };
         let settlement = match sent {
@@ -98,7 +99,7 @@ pub(super) async fn serve(
                 tracing::debug!("iothub amqp: feedback batch unsettled past its lock");
                 continue;
             }
-            () = cbs::expired(&mut expiry) => Err(End::Expired),
+            () = receive::expired(&mut expiry) => Err(End::Expired),
             _ = stop.changed() => Err(End::Stop),
         };
         match outcome {

@@ -24,7 +24,7 @@
 //!   `sender_open` first);
 //! - anything else is refused with `amqp:not-found`.
 //!
-//! Every connection is bounded before and after it authenticates ([`super::AmqpLimits`],
+//! Every connection is bounded before and after it authenticates ([`crate::iothub::AmqpLimits`],
 //! docs/security.md): the frame size; the largest message on each link the hub receives on
 //! (an unfinished multi-frame delivery counts, so it cannot be buffered past that size:
 //! fe2o3-amqp detaches the link with `amqp:link:message-size-exceeded`); sessions per
@@ -34,10 +34,11 @@
 //! Each limit a peer reaches is logged once, not per frame.
 
 mod cbs;
-mod convert;
+pub(crate) mod convert;
 mod device;
 mod devicebound;
 mod feedback;
+mod receive;
 mod twin;
 
 use std::net::SocketAddr;
@@ -60,13 +61,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
-use super::IotHub;
-use super::error::IotHubError;
+use crate::iothub::IotHub;
+use crate::iothub::IotHubError;
 use crate::untrusted::cut;
 use cbs::Cbs;
 
 // How long a client has for the TLS handshake, then for its AMQP header, then for its open.
-use super::tls::HANDSHAKE_TIMEOUT;
+use crate::iothub::tls::HANDSHAKE_TIMEOUT;
 
 /// Our idle timeout: the SDKs then send heartbeats (uamqp every 120 s anyway), and a silent
 /// peer is dropped.
@@ -219,7 +220,7 @@ async fn open(
     tcp: TcpStream,
     tls: TlsAcceptor,
 ) -> Result<ListenerConnectionHandle, String> {
-    let mut stream = super::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT).await?;
+    let mut stream = crate::iothub::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT).await?;
     let mut head = [0u8; 8];
     tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut head))
         .await
@@ -260,7 +261,7 @@ async fn open(
 }
 
 /// One client connection: its sessions, until it closes, the hub stops, or it goes past a
-/// limit ([`super::AmqpLimits`]).
+/// limit ([`crate::iothub::AmqpLimits`]).
 async fn connection(
     hub: IotHub,
     tcp: TcpStream,
@@ -408,7 +409,7 @@ fn link_acceptor(max_message_size: u64) -> Links {
 }
 
 /// Accepts the links of one session, each served by its own task, at most
-/// [`super::AmqpLimits::max_links_per_session`] at once.
+/// [`crate::iothub::AmqpLimits::max_links_per_session`] at once.
 async fn serve_session(
     hub: IotHub,
     cbs: Arc<Cbs>,

@@ -29,7 +29,6 @@
 //! Both need the device's token put on `$cbs` first and count as the device's links
 //! ([`device::Member`]), like its C2D and telemetry links.
 
-use std::sync::Mutex;
 use std::time::SystemTime;
 
 use fe2o3_amqp::link::delivery::Sendable;
@@ -39,10 +38,10 @@ use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Binary, Symbol, Value};
 use tokio::sync::{mpsc, watch};
 
-use super::cbs;
-use super::device::{End, Member, next_delivery, relock};
-use crate::iothub::message::format_time;
-use crate::iothub::queue::new_guid;
+use super::device::{End, Member, next_delivery};
+use super::receive;
+use crate::iothub::domain::message::format_time;
+use crate::iothub::domain::queue::new_guid;
 
 /// The link property pairing a twin sender link with its receiver link.
 const CHANNEL_CORRELATION_ID: &str = "com.microsoft:channel-correlation-id";
@@ -64,65 +63,6 @@ pub(super) fn channel_correlation_id(attach: &Attach) -> Option<String> {
             Value::Symbol(s) => Some(s.0.clone()),
             _ => None,
         })
-}
-
-/// One twin receiver link of the device (the hub sends the answers on it).
-struct Route {
-    key: u64,
-    device_id: String,
-    channel: Option<String>,
-    answers: mpsc::UnboundedSender<Message<Data>>,
-}
-
-/// The twin receiver links open on one AMQP connection: where the answer to a request goes.
-#[derive(Default)]
-pub(super) struct Routes {
-    inner: Mutex<(u64, Vec<Route>)>,
-}
-
-impl std::fmt::Debug for Routes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Routes").finish_non_exhaustive()
-    }
-}
-
-impl Routes {
-    fn add(
-        &self,
-        device_id: &str,
-        channel: Option<String>,
-        answers: mpsc::UnboundedSender<Message<Data>>,
-    ) -> u64 {
-        let mut inner = relock(&self.inner);
-        inner.0 += 1;
-        let key = inner.0;
-        inner.1.push(Route {
-            key,
-            device_id: device_id.to_owned(),
-            channel,
-            answers,
-        });
-        key
-    }
-
-    fn remove(&self, key: u64) {
-        relock(&self.inner).1.retain(|r| r.key != key);
-    }
-
-    /// The device's receiver link of `channel`; else its newest twin receiver link (a client
-    /// that sets no channel property still gets its answers).
-    fn find(
-        &self,
-        device_id: &str,
-        channel: Option<&str>,
-    ) -> Option<mpsc::UnboundedSender<Message<Data>>> {
-        let inner = relock(&self.inner);
-        let device = || inner.1.iter().rev().filter(|r| r.device_id == device_id);
-        device()
-            .find(|r| channel.is_some() && r.channel.as_deref() == channel)
-            .or_else(|| device().next())
-            .map(|r| r.answers.clone())
-    }
 }
 
 /// A message annotation's text value.
@@ -277,7 +217,7 @@ pub(super) async fn serve_answers(
             a = answers.recv() => a,
             _ = sender.on_detach() => break End::Detached,
             why = member.closed() => break End::Closed(why),
-            () = cbs::expired(&mut expiry) => break End::Expired,
+            () = receive::expired(&mut expiry) => break End::Expired,
             _ = stop.changed() => break End::Stop,
         };
         let Some(answer) = answer else {
@@ -312,7 +252,7 @@ pub(super) async fn serve_method_requests(
     let end = tokio::select! {
         _ = sender.on_detach() => End::Detached,
         why = member.closed() => End::Closed(why),
-        () = cbs::expired(&mut expiry) => End::Expired,
+        () = receive::expired(&mut expiry) => End::Expired,
         _ = stop.changed() => End::Stop,
     };
     finish_sender(end, &device_id, "method requests", sender).await;

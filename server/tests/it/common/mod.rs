@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 /// The message of the data dir error that `result` must be.
 pub fn data_dir_error(result: Result<LocalServer, ServerError>) -> String {
     match result {
-        Err(ServerError::DataDir(text)) => text,
+        Err(ServerError::DataDir(e)) => e.to_string(),
         Err(other) => panic!("expected a data dir error, got {other}"),
         Ok(_) => panic!("the server started"),
     }
