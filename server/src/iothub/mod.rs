@@ -81,8 +81,9 @@ impl IotHubServer {
 
     /// [`IotHubServer::start`], with more routes served by the admin API's HTTP server (the
     /// dashboard's): `extra` gets the hub and returns them. With `auth`, every route of that
-    /// server asks for credentials ([`crate::web::auth`]).
-    pub async fn start_with_routes(
+    /// server asks for credentials (`web::auth`). The local server's own start, which serves the
+    /// dashboard beside the admin API, is its one caller.
+    pub(crate) async fn start_with_routes(
         config: IotHubConfig,
         extra: impl FnOnce(IotHub) -> axum::Router,
         auth: Option<std::sync::Arc<crate::web::auth::WebAuth>>,

@@ -9,5 +9,4 @@ pub(crate) mod guard;
 pub(crate) mod http1;
 mod refusal;
 
-// `WebAuth` is named by the hub's `IotHubServer::start_with_routes`.
-pub use auth::{MAX_SESSIONS_PER_USER, WebAuth};
+pub use auth::MAX_SESSIONS_PER_USER;
