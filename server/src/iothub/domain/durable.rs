@@ -347,7 +347,6 @@ pub(crate) fn decode_message(
         ack: record.ack,
     };
     let stored = Stored::restored(
-        device_id,
         message,
         sequence_number,
         from_unix_ns(record.enqueued_unix_ns),

@@ -19,6 +19,9 @@ use crate::iothub::domain::hub::{ConnectRefusal, IotHub, Subscription, ToConnect
 use crate::iothub::domain::properties;
 use crate::untrusted::cut;
 
+mod delivery;
+use delivery::{InFlight, devicebound_topic};
+
 /// Room for the topic and headers around the largest body.
 const PACKET_OVERHEAD: usize = 64 * 1024;
 
@@ -246,6 +249,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         let events = format!("devices/{device_id}/messages/events/");
         // Whether the device subscribed to twin responses (only then are they sent).
         let mut twin_responses = false;
+        let mut in_flight = InFlight::default();
         // Only packets from the device count as signs of life, not deliveries to it.
         let mut last_heard = tokio::time::Instant::now();
         loop {
@@ -261,7 +265,11 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     match packet? {
                         Packet::PingReq => conn.send(Packet::PingResp).await?,
                         Packet::Disconnect => return Ok("the device disconnected".to_owned()),
-                        Packet::PubAck(ack) => hub.puback(&device_id, connection, ack.pkid),
+                        Packet::PubAck(ack) => match in_flight.acked(ack.pkid) {
+                            Some(lock) => hub.puback(&device_id, connection, lock),
+                            None => tracing::debug!(device = %device_id, packet_id = ack.pkid,
+                                "iothub: PUBACK for a packet id not in flight"),
+                        },
                         Packet::Subscribe(sub) => {
                             let mut codes = Vec::with_capacity(sub.filters.len());
                             let mut granted = None;
@@ -337,16 +345,17 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                 }
                 command = connected.rx.recv() => match command {
-                    Some(ToConnection::Deliver { topic, payload, packet_id, at_most_once, after }) => {
+                    Some(ToConnection::Deliver { stored, lock, at_most_once, after }) => {
                         // Counted on disk before the device sees it (a crash then releases it
                         // with this delivery counted).
                         if let Err(e) = hub.wait_durable(after).await {
                             tracing::warn!(device = %device_id, error = %e, "iothub: delivering a message whose lock is not on disk");
                         }
                         let qos = if at_most_once { QoS::AtMostOnce } else { QoS::AtLeastOnce };
-                        let mut publish = Publish::from_bytes(topic, qos, payload);
+                        let mut publish = Publish::from_bytes(devicebound_topic(&device_id, &stored), qos, stored.payload());
                         if !at_most_once {
-                            publish.pkid = packet_id;
+                            // The lock is the queue's; the packet id this connection's.
+                            publish.pkid = in_flight.send(lock).ok_or_else(|| "65,535 deliveries wait for their PUBACK".to_owned())?;
                         }
                         conn.send(Packet::Publish(publish)).await?;
                     }

@@ -31,13 +31,13 @@ use crate::untrusted::{RefusalLog, cut};
 /// What the hub tells a connection task.
 #[derive(Debug)]
 pub(crate) enum ToConnection {
-    /// Publish this C2D message with this packet id, at QoS 1 (QoS 0 when `at_most_once`),
-    /// once the hub's commit `after` is on disk (0: at once), so that a delivery is counted
-    /// on disk before the device can see it.
+    /// Deliver this C2D message, locked under `lock`, at QoS 1 (QoS 0 when `at_most_once`: it
+    /// is complete already), once the hub's commit `after` is on disk (0: at once), so that a
+    /// delivery is counted on disk before the device can see it. Its acknowledgement
+    /// completes it with [`IotHub::puback`] and the same `lock`.
     Deliver {
-        topic: String,
-        payload: Bytes,
-        packet_id: u16,
+        stored: Arc<queue::Stored>,
+        lock: u128,
         at_most_once: bool,
         after: u64,
     },

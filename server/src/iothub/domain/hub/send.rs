@@ -11,13 +11,7 @@ impl IotHub {
         let now = Now::current();
         let mut state = self.state();
         let sequence_number = state.next_sequence;
-        let stored = queue::store(
-            device_id,
-            message,
-            sequence_number,
-            now,
-            self.inner.config.default_ttl,
-        )?;
+        let stored = queue::store(message, sequence_number, now, self.inner.config.default_ttl)?;
         let device = state
             .devices
             .get_mut(device_id)
@@ -142,14 +136,13 @@ impl IotHub {
         let mut outcomes = Vec::new();
         for d in deliveries {
             let _ = connection.tx.send(ToConnection::Deliver {
-                topic: d.stored.topic.clone(),
-                payload: d.stored.payload(),
-                packet_id: d.packet_id,
+                stored: d.stored.clone(),
+                lock: d.lock,
                 at_most_once,
                 after,
             });
             if at_most_once {
-                outcomes.extend(device.queue.complete(connection_id, d.packet_id, now));
+                outcomes.extend(device.queue.complete(connection_id, d.lock, now));
             }
         }
         if !outcomes.is_empty() {

@@ -166,19 +166,20 @@ impl IotHub {
         }
     }
 
-    /// A PUBACK for a C2D delivery.
-    pub(crate) fn puback(&self, device_id: &str, connection: u64, packet_id: u16) {
+    /// A PUBACK for a C2D delivery made on `connection` under `lock`
+    /// ([`ToConnection::Deliver`]).
+    pub(crate) fn puback(&self, device_id: &str, connection: u64, lock: u128) {
         let now = Now::current();
         let mut state = self.state();
         let Some(device) = state.devices.get_mut(device_id) else {
             return;
         };
-        match device.queue.complete(connection, packet_id, now) {
+        match device.queue.complete(connection, lock, now) {
             Some(outcome) => {
                 let generation = device.device.generation_id.clone();
                 self.record_outcomes(&mut state, device_id, &generation, vec![outcome], now);
             }
-            None => tracing::debug!(device = %device_id, packet_id,
+            None => tracing::debug!(device = %device_id,
                 "iothub: PUBACK for no locked message (its lock had timed out)"),
         }
         drop(state);

@@ -1,10 +1,13 @@
 //! One device's cloud-to-device queue and the message lifecycle: Enqueued -> Invisible (locked
 //! by a delivery) -> Completed (PUBACK, or complete by lock token), or Dead lettered (expired,
 //! delivered max-delivery-count times without being completed, rejected, purged); an abandoned
-//! message is Enqueued again at once. Two kinds of delivery lock the same way: MQTT's, under a
-//! packet id of a connection and settled by its PUBACK, and AMQP's and HTTPS's, under a lock
-//! token (a GUID) and settled by complete, reject or abandon. Pure code: the caller passes the
-//! time in, so the state machine is tested without waiting.
+//! message is Enqueued again at once. Every delivery locks its message under a lock token (a
+//! GUID). A connection's delivery (MQTT's) is also bound to its connection: only that
+//! connection completes it (the endpoint maps its PUBACK's packet id to the token; packet ids
+//! are the transport's, not the queue's) and the lock ends when the connection closes. A lock
+//! taken by token (AMQP's, HTTPS's) outlives connections and is settled by complete, reject
+//! or abandon until it ends. Pure code: the caller passes the time in, so the state machine
+//! is tested without waiting.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -37,27 +40,22 @@ impl Now {
     }
 }
 
-/// Who holds the lock of an Invisible message, which is what may settle it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Holder {
-    /// MQTT: published on this connection under this packet id; its PUBACK completes it.
-    /// Packet ids mean nothing on another connection, so the lock ends with the connection.
-    Packet { connection: u64, packet_id: u16 },
-    /// AMQP and HTTPS: a lock token (a GUID, kept as its 128 bits), which outlives any
-    /// connection: the device settles with it (complete, reject, abandon) until the lock ends.
-    Token(u128),
-}
-
-/// Where an Invisible message is locked, and until when.
+/// How an Invisible message is locked, and until when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lock {
-    holder: Holder,
+    /// Its lock token (a GUID, kept as its 128 bits): what settles it.
+    token: u128,
+    /// The connection it was delivered on, for a connection's delivery (MQTT): only that
+    /// connection completes it, and the lock ends when the connection closes (its PUBACK
+    /// cannot come any more). `None` for a lock taken by token (AMQP, HTTPS), which outlives
+    /// any connection.
+    connection: Option<u64>,
     until: Instant,
 }
 
 impl Lock {
     fn is_connection(&self, connection: u64) -> bool {
-        matches!(self.holder, Holder::Packet { connection: c, .. } if c == connection)
+        self.connection == Some(connection)
     }
 }
 
@@ -139,11 +137,12 @@ pub(crate) struct Outcome {
     pub at: SystemTime,
 }
 
-/// A delivery to make: publish `stored` with `packet_id`.
+/// A delivery to make on a connection: `stored`, locked under `lock` (the token that
+/// [`DeviceQueue::complete`] takes from that connection).
 #[derive(Debug)]
 pub(crate) struct Delivery {
     pub stored: Arc<Stored>,
-    pub packet_id: u16,
+    pub lock: u128,
 }
 
 /// The queue of one device.
@@ -151,13 +150,10 @@ pub(crate) struct Delivery {
 pub(crate) struct DeviceQueue {
     entries: VecDeque<Entry>,
     finished: VecDeque<Finished>,
-    next_packet_id: u16,
-    /// The sequence number of the message each lock holder (a connection's packet id, a lock
-    /// token) locks, so that a PUBACK, a settlement and a free packet id are found without
-    /// scanning the queue (`entries` is in sequence order: found by binary search). Locks
-    /// restored from the data dir are not in it (they share one holder): nothing settles them,
-    /// `release_restored` ends them.
-    holders: HashMap<Holder, u64>,
+    /// The sequence number of the message each lock token locks, so that a PUBACK and a
+    /// settlement are found without scanning the queue (`entries` is in sequence order: found
+    /// by binary search).
+    holders: HashMap<u128, u64>,
     /// Whether changes are recorded in `changed` (with a data dir).
     track: bool,
     /// Sequence numbers of the messages changed since [`DeviceQueue::take_changes`].
@@ -207,7 +203,7 @@ impl DeviceQueue {
     fn set_lock(&mut self, index: usize, lock: Lock) -> Option<&mut Entry> {
         let entry = self.entries.get_mut(index)?;
         self.holders
-            .insert(lock.holder, entry.stored.sequence_number);
+            .insert(lock.token, entry.stored.sequence_number);
         entry.lock = Some(lock);
         Some(entry)
     }
@@ -216,7 +212,7 @@ impl DeviceQueue {
     fn clear_lock(&mut self, index: usize) -> Option<&mut Entry> {
         let entry = self.entries.get_mut(index)?;
         if let Some(lock) = entry.lock.take() {
-            self.holders.remove(&lock.holder);
+            self.holders.remove(&lock.token);
         }
         Some(entry)
     }
@@ -225,14 +221,14 @@ impl DeviceQueue {
     fn remove_entry(&mut self, index: usize) -> Option<Entry> {
         let entry = self.entries.remove(index)?;
         if let Some(lock) = entry.lock {
-            self.holders.remove(&lock.holder);
+            self.holders.remove(&lock.token);
         }
         Some(entry)
     }
 
-    /// Where the message locked by `holder` is.
-    fn position_of(&self, holder: Holder) -> Option<usize> {
-        let seq = *self.holders.get(&holder)?;
+    /// Where the message locked under `token` is.
+    fn position_of(&self, token: u128) -> Option<usize> {
+        let seq = *self.holders.get(&token)?;
         let index = self
             .entries
             .binary_search_by_key(&seq, |e| e.stored.sequence_number)
@@ -240,7 +236,7 @@ impl DeviceQueue {
         debug_assert!(
             self.entries
                 .get(index)
-                .is_some_and(|e| e.lock.is_some_and(|l| l.holder == holder))
+                .is_some_and(|e| e.lock.is_some_and(|l| l.token == token))
         );
         Some(index)
     }
@@ -253,18 +249,21 @@ impl DeviceQueue {
                 .back()
                 .is_none_or(|e| e.stored.sequence_number < stored.sequence_number)
         );
-        // Lock tokens are not kept either: every lock held before the restart ends at start.
+        // Lock tokens are not kept either: every lock held before the restart ends at start,
+        // as the locks of a closed connection end (`release_restored`).
         self.entries.push_back(Entry {
             stored: Arc::new(stored),
-            lock: was_locked.then_some(Lock {
-                holder: Holder::Packet {
-                    connection: RESTORED,
-                    packet_id: 0,
-                },
-                until: Instant::now(),
-            }),
+            lock: None,
             delivery_count,
         });
+        if was_locked {
+            let lock = Lock {
+                token: new_token(),
+                connection: Some(RESTORED),
+                until: Instant::now(),
+            };
+            self.set_lock(self.entries.len() - 1, lock);
+        }
     }
 
     /// Puts back a finished message read from the data dir (in the order they finished).
@@ -310,23 +309,6 @@ impl DeviceQueue {
         Ok(stored)
     }
 
-    fn packet_id_in_use(&self, connection: u64, id: u16) -> bool {
-        self.holders.contains_key(&Holder::Packet {
-            connection,
-            packet_id: id,
-        })
-    }
-
-    fn allocate_packet_id(&mut self, connection: u64) -> u16 {
-        // At most max_depth ids are in use, so a free one is found quickly.
-        loop {
-            self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
-            if !self.packet_id_in_use(connection, self.next_packet_id) {
-                return self.next_packet_id;
-            }
-        }
-    }
-
     /// Locks every Enqueued message for delivery on `connection` (oldest first).
     pub(crate) fn deliver(
         &mut self,
@@ -339,36 +321,37 @@ impl DeviceQueue {
             if self.entries.get(i).is_none_or(|e| e.lock.is_some()) {
                 continue;
             }
-            let packet_id = self.allocate_packet_id(connection);
+            let token = new_token();
             let lock = Lock {
-                holder: Holder::Packet {
-                    connection,
-                    packet_id,
-                },
+                token,
+                connection: Some(connection),
                 until: now.instant + lock_timeout,
             };
             if let Some(entry) = self.set_lock(i, lock) {
                 entry.delivery_count = entry.delivery_count.saturating_add(1);
                 let stored = entry.stored.clone();
                 self.mark(stored.sequence_number);
-                out.push(Delivery { stored, packet_id });
+                out.push(Delivery {
+                    stored,
+                    lock: token,
+                });
             }
         }
         out
     }
 
-    /// A PUBACK: completes the message locked under this packet id on this connection. A late
-    /// PUBACK (the lock timed out and the message was enqueued again) completes nothing.
-    pub(crate) fn complete(
-        &mut self,
-        connection: u64,
-        packet_id: u16,
-        now: Now,
-    ) -> Option<Outcome> {
-        let index = self.position_of(Holder::Packet {
-            connection,
-            packet_id,
-        })?;
+    /// A PUBACK: completes the message delivered on this connection under this lock. A late
+    /// PUBACK (the lock timed out and the message was enqueued again, under another lock)
+    /// completes nothing, nor does another connection's.
+    pub(crate) fn complete(&mut self, connection: u64, lock: u128, now: Now) -> Option<Outcome> {
+        let index = self.position_of(lock)?;
+        if !self
+            .entries
+            .get(index)
+            .is_some_and(|e| e.lock.is_some_and(|l| l.is_connection(connection)))
+        {
+            return None;
+        }
         let entry = self.remove_entry(index)?;
         Some(self.finish(entry, FeedbackStatus::Success, now))
     }
@@ -388,7 +371,8 @@ impl DeviceQueue {
             .position(|e| e.lock.is_none() && e.stored.expires_at > now.instant)?;
         let token = new_token();
         let lock = Lock {
-            holder: Holder::Token(token),
+            token,
+            connection: None,
             until: now.instant + lock_timeout,
         };
         let entry = self.set_lock(index, lock)?;
@@ -409,7 +393,12 @@ impl DeviceQueue {
     }
 
     fn token_index(&self, lock_token: &str) -> Option<usize> {
-        self.position_of(Holder::Token(parse_token(lock_token)?))
+        let index = self.position_of(parse_token(lock_token)?)?;
+        // A connection's delivery is settled by its PUBACK only; its token never left the hub.
+        self.entries
+            .get(index)
+            .is_some_and(|e| e.lock.is_some_and(|l| l.connection.is_none()))
+            .then_some(index)
     }
 
     /// Settles the message locked under `lock_token`: completed (`Success`), rejected

@@ -1,6 +1,7 @@
-//! A message as a queue keeps it ([`Stored`]): the message, its sequence number, its resolved
-//! expiry on both clocks and its device-bound topic, made once when it is sent (or read back
-//! from the data dir) and shared by every delivery.
+//! A message as a queue keeps it ([`Stored`]): the message, its sequence number and its
+//! resolved expiry on both clocks, made once when it is sent (or read back from the data dir)
+//! and shared by every delivery. How a transport names its system properties is the
+//! transport's ([`SystemProperties`]).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -8,8 +9,7 @@ use bytes::Bytes;
 
 use super::Now;
 use crate::iothub::IotHubError;
-use crate::iothub::domain::message::{Ack, C2dMessage, Expiry, format_time};
-use crate::iothub::domain::properties::{self, Property};
+use crate::iothub::domain::message::{C2dMessage, Expiry, format_time};
 use crate::iothub::domain::system_properties::SystemProperties;
 
 /// A message accepted into a queue, with what the hub added to it.
@@ -20,41 +20,10 @@ pub(crate) struct Stored {
     pub enqueued_utc: SystemTime,
     pub expiry_utc: SystemTime,
     pub expires_at: Instant,
-    /// The topic it is delivered on (computed once: it does not change between deliveries).
-    pub topic: String,
 }
 
-/// The device-bound topic of a message: every system property set, `iothub-ack` unless none,
-/// then the application properties in order.
-fn devicebound_topic(device_id: &str, stored_message: &C2dMessage, expiry: SystemTime) -> String {
-    let m = stored_message;
-    let sp = SystemProperties::of(device_id, m, expiry);
-    let mut bag: Vec<Property> = Vec::new();
-    let mut system = |name: &str, value: Option<&str>| {
-        if let Some(v) = value {
-            bag.push((name.to_owned(), Some(v.to_owned())));
-        }
-    };
-    system("$.mid", sp.message_id);
-    system("$.to", Some(&sp.to));
-    system("$.exp", Some(&format_time(sp.expiry)));
-    system("$.cid", sp.correlation_id);
-    system("$.uid", sp.user_id);
-    system("$.ct", sp.content_type);
-    system("$.ce", sp.content_encoding);
-    if sp.ack != Ack::None {
-        bag.push(("iothub-ack".to_owned(), Some(sp.ack.as_str().to_owned())));
-    }
-    bag.extend(m.properties.iter().cloned());
-    format!(
-        "devices/{device_id}/messages/devicebound/{}",
-        properties::encode(&bag)
-    )
-}
-
-/// Builds the stored form of a message (expiry resolved, topic computed).
+/// Builds the stored form of a message (its expiry resolved).
 pub(crate) fn store(
-    device_id: &str,
     message: C2dMessage,
     sequence_number: u64,
     now: Now,
@@ -76,14 +45,12 @@ pub(crate) fn store(
         )));
     }
     let expiry_utc = now.utc + ttl;
-    let topic = devicebound_topic(device_id, &message, expiry_utc);
     Ok(Stored {
         sequence_number,
         message,
         enqueued_utc: now.utc,
         expiry_utc,
         expires_at: now.instant + ttl,
-        topic,
     })
 }
 
@@ -91,7 +58,6 @@ impl Stored {
     /// A message read back from the data dir: its deadline counts from `now` on the monotonic
     /// clock (already past when its expiry time is).
     pub(crate) fn restored(
-        device_id: &str,
         message: C2dMessage,
         sequence_number: u64,
         enqueued_utc: SystemTime,
@@ -101,7 +67,6 @@ impl Stored {
         let left = expiry_utc.duration_since(now.utc).unwrap_or_default();
         Stored {
             sequence_number,
-            topic: devicebound_topic(device_id, &message, expiry_utc),
             message,
             enqueued_utc,
             expiry_utc,
@@ -111,5 +76,10 @@ impl Stored {
 
     pub(crate) fn payload(&self) -> Bytes {
         self.message.payload.clone()
+    }
+
+    /// Its system properties as delivered to `device_id`.
+    pub(crate) fn system_properties<'a>(&'a self, device_id: &str) -> SystemProperties<'a> {
+        SystemProperties::of(device_id, &self.message, self.expiry_utc)
     }
 }

@@ -2,8 +2,6 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
-use crate::iothub::domain::message::Ack;
-use crate::iothub::domain::properties;
 
 fn at(base: Now, secs: u64) -> Now {
     Now {
@@ -19,7 +17,7 @@ fn queue_with(n: u64, base: Now) -> DeviceQueue {
             .message_id(format!("m{i}"))
             .ttl(Duration::from_secs(100));
         q.enqueue(
-            store("d", m, i, base, Duration::from_secs(3600)).unwrap(),
+            store(m, i, base, Duration::from_secs(3600)).unwrap(),
             "d",
             3,
         )
@@ -32,7 +30,7 @@ fn queue_with(n: u64, base: Now) -> DeviceQueue {
 fn full_queue_refuses() {
     let base = Now::current();
     let mut q = queue_with(3, base);
-    let m = store("d", C2dMessage::new("x"), 9, base, Duration::from_secs(60)).unwrap();
+    let m = store(C2dMessage::new("x"), 9, base, Duration::from_secs(60)).unwrap();
     assert!(matches!(
         q.enqueue(m, "d", 3),
         Err(IotHubError::QueueFull { max: 3, .. })
@@ -68,13 +66,10 @@ fn puback_completes_only_the_current_lock() {
     let base = Now::current();
     let mut q = queue_with(2, base);
     let d = q.deliver(7, base, Duration::from_secs(2));
-    assert!(
-        q.complete(8, d[0].packet_id, base).is_none(),
-        "other connection"
-    );
-    let done = q.complete(7, d[0].packet_id, base).unwrap();
+    assert!(q.complete(8, d[0].lock, base).is_none(), "other connection");
+    let done = q.complete(7, d[0].lock, base).unwrap();
     assert_eq!(done.status, FeedbackStatus::Success);
-    assert!(q.complete(7, d[0].packet_id, base).is_none(), "twice");
+    assert!(q.complete(7, d[0].lock, base).is_none(), "twice");
     assert_eq!(q.depth(), 1);
     let expired = q.tick(at(base, 100), 10);
     assert_eq!(expired[0].status, FeedbackStatus::Expired);
@@ -251,8 +246,7 @@ fn changes_are_tracked_for_the_data_dir() {
     let base = Now::current();
     let mut q = DeviceQueue::new(true);
     let m = C2dMessage::new("x").ttl(Duration::from_secs(100));
-    q.enqueue(store("d", m, 7, base, LOCK).unwrap(), "d", 3)
-        .unwrap();
+    q.enqueue(store(m, 7, base, LOCK).unwrap(), "d", 3).unwrap();
     q.take_changes();
     let m = q.deliver_locked("d", base, LOCK).unwrap();
     assert_eq!(q.take_changes(), vec![7]);
@@ -281,46 +275,24 @@ fn changes_are_tracked_for_the_data_dir() {
 }
 
 #[test]
-fn topic_has_every_property() {
-    let base = Now::current();
-    let m = C2dMessage::new("x")
-        .message_id("id 1")
-        .correlation_id("c")
-        .user_id("u")
-        .content_type("application/json")
-        .content_encoding("utf-8")
-        .property("n", None)
-        .property("e", Some(""))
-        .ack(Ack::Full);
-    let s = store("d1", m, 1, base, Duration::from_secs(60)).unwrap();
-    let exp = properties::encode_component(&format_time(s.expiry_utc));
-    assert_eq!(
-        s.topic,
-        format!(
-            "devices/d1/messages/devicebound/%24.mid=id%201&%24.to=%2Fdevices%2Fd1%2Fmessages%2Fdevicebound&%24.exp={exp}&%24.cid=c&%24.uid=u&%24.ct=application%2Fjson&%24.ce=utf-8&iothub-ack=full&n&e="
-        )
-    );
-}
-
-#[test]
 fn pubacks_and_tokens_find_their_message_in_a_long_queue() {
     // A queue far deeper than IoT Hub's 50, delivered at once: every delivery gets its own
-    // packet id, and each PUBACK (in any order) completes exactly its message. The lookups
+    // lock, and each PUBACK (in any order) completes exactly its message. The lookups
     // go through the index of lock holders, not a scan per message.
     let base = Now::current();
     let n = 5_000u64;
     let mut q = DeviceQueue::default();
     for i in 0..n {
         let m = C2dMessage::new("x").ttl(Duration::from_secs(100));
-        let stored = store("d", m, i, base, Duration::from_secs(3600)).unwrap();
+        let stored = store(m, i, base, Duration::from_secs(3600)).unwrap();
         q.enqueue(stored, "d", n as usize).unwrap();
     }
     let d = q.deliver(7, base, Duration::from_secs(60));
     assert_eq!(d.len(), n as usize);
-    let ids: std::collections::HashSet<u16> = d.iter().map(|x| x.packet_id).collect();
-    assert_eq!(ids.len(), n as usize, "packet ids are distinct");
+    let locks: std::collections::HashSet<u128> = d.iter().map(|x| x.lock).collect();
+    assert_eq!(locks.len(), n as usize, "locks are distinct");
     for delivery in d.iter().rev() {
-        let done = q.complete(7, delivery.packet_id, base).unwrap();
+        let done = q.complete(7, delivery.lock, base).unwrap();
         assert_eq!(done.stored.sequence_number, delivery.stored.sequence_number);
     }
     assert_eq!(q.depth(), 0);
