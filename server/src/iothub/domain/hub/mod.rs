@@ -110,6 +110,22 @@ struct State {
     taken: u64,
 }
 
+impl State {
+    /// The registered device `device_id`, or [`IotHubError::DeviceNotFound`].
+    fn device(&self, device_id: &str) -> Result<&DeviceState, IotHubError> {
+        self.devices
+            .get(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))
+    }
+
+    /// The registered device `device_id`, to change, or [`IotHubError::DeviceNotFound`].
+    fn device_mut(&mut self, device_id: &str) -> Result<&mut DeviceState, IotHubError> {
+        self.devices
+            .get_mut(device_id)
+            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))
+    }
+}
+
 /// Where the committer is: the last batch on disk, and the last that failed (with why).
 #[derive(Debug, Clone, Default)]
 struct CommitStatus {

@@ -12,10 +12,7 @@ impl IotHub {
         let mut state = self.state();
         let sequence_number = state.next_sequence;
         let stored = queue::store(message, sequence_number, now, self.inner.config.default_ttl)?;
-        let device = state
-            .devices
-            .get_mut(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device_mut(device_id)?;
         let stored = device
             .queue
             .enqueue(stored, device_id, self.inner.config.max_queue_depth)?;
@@ -41,10 +38,7 @@ impl IotHub {
     /// The device's queue: depth, messages and their states, recently finished messages.
     pub fn queue(&self, device_id: &str) -> Result<QueueInfo, IotHubError> {
         let state = self.state();
-        let device = state
-            .devices
-            .get(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device(device_id)?;
         Ok(device
             .queue
             .info(device_id, self.inner.config.max_queue_depth))
@@ -55,10 +49,7 @@ impl IotHub {
     pub fn purge(&self, device_id: &str) -> Result<usize, IotHubError> {
         let now = Now::current();
         let mut state = self.state();
-        let device = state
-            .devices
-            .get_mut(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device_mut(device_id)?;
         let outcomes = device.queue.purge(now);
         let generation = device.device.generation_id.clone();
         let count = outcomes.len();
@@ -176,10 +167,7 @@ impl IotHub {
             let taken = {
                 let now = Now::current();
                 let mut state = self.state();
-                let device = state
-                    .devices
-                    .get_mut(device_id)
-                    .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+                let device = state.device_mut(device_id)?;
                 device.last_activity = Some(now.utc);
                 device
                     .queue
@@ -214,10 +202,7 @@ impl IotHub {
 
     pub(super) fn has_enqueued(&self, device_id: &str) -> Result<bool, IotHubError> {
         let state = self.state();
-        let device = state
-            .devices
-            .get(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device(device_id)?;
         Ok(device.queue.has_enqueued(Now::current()))
     }
 
@@ -236,10 +221,7 @@ impl IotHub {
     ) -> Result<(), IotHubError> {
         let now = Now::current();
         let mut state = self.state();
-        let device = state
-            .devices
-            .get_mut(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device_mut(device_id)?;
         device.last_activity = Some(now.utc);
         let outcome = device.queue.settle(
             device_id,

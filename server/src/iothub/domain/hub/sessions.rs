@@ -118,10 +118,7 @@ impl IotHub {
         let now = Now::current();
         let mut state = self.state();
         let id = state.next_connection;
-        let device = state
-            .devices
-            .get_mut(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device_mut(device_id)?;
         if device.device.status == DeviceStatus::Disabled {
             return Err(IotHubError::Unauthorized(format!(
                 "device {device_id:?} is disabled"

@@ -11,10 +11,7 @@ impl IotHub {
         since: u64,
     ) -> Result<Vec<TelemetryMessage>, IotHubError> {
         let state = self.state();
-        let device = state
-            .devices
-            .get(device_id)
-            .ok_or_else(|| IotHubError::DeviceNotFound(device_id.to_owned()))?;
+        let device = state.device(device_id)?;
         Ok(device
             .telemetry
             .iter()
