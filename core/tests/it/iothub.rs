@@ -210,6 +210,17 @@ async fn completions_out_of_order_are_acknowledged_in_order_and_nothing_is_lost(
         q.depth == 0 && completed(q) == 10
     })
     .await;
+    // The client counts its PUBACKs once their write is flushed, which can come after the hub
+    // has read them: wait for the count rather than read it once.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while client.stats().acknowledged < 10 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            client.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(client.stats().acknowledged, 10);
     client.close().await;
 }
