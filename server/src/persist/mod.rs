@@ -5,7 +5,7 @@
 //!   key, commit a batch with one fsync.
 //! - `redb_file`: opening, checking and writing one redb file of the data dir, shared by
 //!   the store's file and the local IoT Hub's (`iothub.redb`, [`crate::iothub`]).
-//! - `record`: how one key is stored (value, version, fencing token, absolute deadline).
+//! - [`record`]: how one key is stored (value, version, fencing token, absolute deadline).
 //! - [`FloorClock`]: the server's clock never issues a version lower than one stored.
 //! - [`Persistence`]: what the store task uses: which SETs persist ([`PersistMode`]),
 //!   restoring the [`Store`], and the group commit of the store's journal.
@@ -49,7 +49,7 @@ mod clock;
 mod data_dir;
 mod error;
 pub(crate) mod private;
-pub(crate) mod record;
+pub mod record;
 pub(crate) mod redb_file;
 
 use std::path::{Path, PathBuf};
