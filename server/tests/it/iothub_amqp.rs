@@ -17,7 +17,7 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use mqstate_server::iothub::policies::service_token;
 use mqstate_server::iothub::{Ack, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer};
 
-use crate::common::hub::amqp_tls;
+use crate::common::hub::{amqp_tls, put_token_request};
 
 async fn start(config: IotHubConfig) -> (IotHubServer, IotHub) {
     let server = IotHubServer::start(config).await.unwrap();
@@ -84,7 +84,7 @@ impl Client {
         let mut replies = Receiver::attach(&mut self.session, "cbs-receiver", "$cbs")
             .await
             .unwrap();
-        let request = put_token_request(token, 42);
+        let request = put_token_request(token, MessageId::Ulong(42), "https://localhost");
         let outcome = requests.send(request).await.unwrap();
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let reply = tokio::time::timeout(Duration::from_secs(5), replies.recv::<Body<Value>>())
@@ -117,34 +117,6 @@ impl Client {
         let _ = self.session.end().await;
         let _ = self.connection.close().await;
     }
-}
-
-/// A put-token request for `token`, as the SDKs send it, with message id `id` (the reply's
-/// correlation id).
-fn put_token_request(
-    token: &str,
-    id: u64,
-) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
-    Message::builder()
-        .properties(
-            Properties::builder()
-                .message_id(MessageId::Ulong(id))
-                .to("$cbs")
-                .reply_to("cbs")
-                .build(),
-        )
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String("https://localhost".into()))
-                .build(),
-        )
-        .value(Value::String(token.to_owned()))
-        .build()
 }
 
 /// The condition a rejected send carried.
@@ -552,7 +524,14 @@ async fn put_token_replies_nobody_reads_are_bounded() {
     let mut sent = 0;
     let mut failed = None;
     for _ in 0..400 {
-        match requests.send(put_token_request(&bad, 7)).await {
+        match requests
+            .send(put_token_request(
+                &bad,
+                MessageId::Ulong(7),
+                "https://localhost",
+            ))
+            .await
+        {
             Ok(_) => sent += 1,
             Err(e) => {
                 failed = Some(format!("{e:?}"));

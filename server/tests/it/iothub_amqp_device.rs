@@ -22,7 +22,7 @@ use mqstate_server::iothub::{
 };
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet};
 
-use crate::common::hub::amqp_tls;
+use crate::common::hub::{amqp_tls, put_token_request};
 
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const OTHER_KEY: &str = "AQECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -86,26 +86,7 @@ impl Device {
             .await
             .unwrap();
         let audience = sas::parse_token(token).unwrap().resource;
-        let request = Message::builder()
-            .properties(
-                Properties::builder()
-                    .message_id(MessageId::String("put-1".into()))
-                    .to("$cbs")
-                    .reply_to("cbs")
-                    .build(),
-            )
-            .application_properties(
-                ApplicationProperties::builder()
-                    .insert("operation", SimpleValue::String("put-token".into()))
-                    .insert(
-                        "type",
-                        SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                    )
-                    .insert("name", SimpleValue::String(audience))
-                    .build(),
-            )
-            .value(Value::String(token.to_owned()))
-            .build();
+        let request = put_token_request(token, MessageId::String("put-1".into()), &audience);
         let outcome = requests.send(request).await.unwrap();
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let reply = tokio::time::timeout(SOON, replies.recv::<Body<Value>>())

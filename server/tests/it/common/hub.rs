@@ -1,10 +1,11 @@
 //! Clients of the local hub's TLS endpoints as the tests drive them (one definition for the
 //! files that each had their own copy): an HTTPS client for the REST and device HTTPS APIs,
-//! and the TLS stream under an AMQP connection.
+//! the TLS stream under an AMQP connection, and the `$cbs` put-token request.
 
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use fe2o3_amqp::types::primitives::Value as Value_;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -121,4 +122,36 @@ pub async fn amqp_tls(hub: &IotHub) -> tokio_rustls::client::TlsStream<tokio::ne
         .connect(mqstate_testing::tls::localhost(), tcp)
         .await
         .unwrap()
+}
+
+/// A `$cbs` put-token request for `token`, as the SDKs send it: message id `id` (the reply's
+/// correlation id) and `audience` as its `name` (the service SDKs give the hub's URL, the
+/// device SDKs the token's `sr`).
+pub fn put_token_request(
+    token: &str,
+    id: fe2o3_amqp::types::messaging::MessageId,
+    audience: &str,
+) -> fe2o3_amqp::types::messaging::Message<fe2o3_amqp::types::messaging::AmqpValue<Value_>> {
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Properties};
+    use fe2o3_amqp::types::primitives::SimpleValue;
+    Message::builder()
+        .properties(
+            Properties::builder()
+                .message_id(id)
+                .to("$cbs")
+                .reply_to("cbs")
+                .build(),
+        )
+        .application_properties(
+            ApplicationProperties::builder()
+                .insert("operation", SimpleValue::String("put-token".into()))
+                .insert(
+                    "type",
+                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
+                )
+                .insert("name", SimpleValue::String(audience.to_owned()))
+                .build(),
+        )
+        .value(Value_::String(token.to_owned()))
+        .build()
 }
