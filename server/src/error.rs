@@ -6,9 +6,12 @@
 //! the cause's text.
 
 use crate::broker::BrokerError;
+use crate::config_error::ConfigError;
 use crate::iothub::IotHubError;
 use crate::persist::PersistError;
-use crate::statestore::ConnectError;
+use crate::security::SecurityError;
+use crate::statestore::{ConnectError, StartError};
+use crate::web::WebError;
 
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,10 @@ pub enum ServerError {
     /// directory was changed.
     #[error("data dir: {0}")]
     DataDir(#[source] PersistError),
+    /// A security setting could not be applied (no randomness from the OS for a secret).
+    /// Refused settings are [`ServerError::Config`], unreadable files [`ServerError::Io`].
+    #[error("{0}")]
+    Security(#[source] SecurityError),
 }
 
 impl From<IotHubError> for ServerError {
@@ -59,15 +66,51 @@ impl From<PersistError> for ServerError {
     }
 }
 
+impl From<SecurityError> for ServerError {
+    /// A refused setting is a configuration error, an unreadable file an I/O error, whichever
+    /// layer found them.
+    fn from(e: SecurityError) -> Self {
+        match e {
+            SecurityError::Config(e) => ServerError::Config(e),
+            SecurityError::Io { context, source } => ServerError::Io { context, source },
+            other => ServerError::Security(other),
+        }
+    }
+}
+
+impl From<WebError> for ServerError {
+    fn from(e: WebError) -> Self {
+        match e {
+            WebError::Config(e) => ServerError::Config(e),
+            WebError::Io { context, source } => ServerError::Io { context, source },
+            WebError::Security(e) => ServerError::from(e),
+        }
+    }
+}
+
 impl From<BrokerError> for ServerError {
+    /// Unusable TLS files are configuration errors, like every other refused setting.
     fn from(e: BrokerError) -> Self {
-        ServerError::Broker(e)
+        match e {
+            BrokerError::Tls(e) => ServerError::Config(e),
+            other => ServerError::Broker(other),
+        }
     }
 }
 
 impl From<ConnectError> for ServerError {
     fn from(e: ConnectError) -> Self {
         ServerError::Client(e)
+    }
+}
+
+impl From<StartError> for ServerError {
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Config(e) => ServerError::Config(e),
+            StartError::DataDir(e) => ServerError::DataDir(e),
+            StartError::Connect(e) => ServerError::Client(e),
+        }
     }
 }
 
@@ -111,52 +154,5 @@ impl ServerError {
         cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
         ServerError::Config(ConfigError::caused(context, cause))
-    }
-}
-
-/// An invalid setting: what was wrong (or what was being read), and the error that said so
-/// when there is one (a TLS file the TLS library rejected, a rule file's parse error...).
-/// Displayed as `context: cause`.
-#[derive(Debug)]
-pub struct ConfigError {
-    context: String,
-    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl ConfigError {
-    /// An invalid setting, explained by `message` alone.
-    pub fn new(message: impl Into<String>) -> Self {
-        ConfigError {
-            context: message.into(),
-            cause: None,
-        }
-    }
-
-    /// An invalid setting found while doing `context`, because of `cause`.
-    pub fn caused(
-        context: impl Into<String>,
-        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        ConfigError {
-            context: context.into(),
-            cause: Some(cause.into()),
-        }
-    }
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.cause {
-            Some(cause) => write!(f, "{}: {cause}", self.context),
-            None => f.write_str(&self.context),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause
-            .as_deref()
-            .map(|c| c as &(dyn std::error::Error + 'static))
     }
 }

@@ -39,6 +39,7 @@
 //! ```
 
 pub mod broker;
+mod config_error;
 pub mod dashboard;
 mod error;
 // Entry points of the fuzz targets (server/fuzz); compiled for this crate's unit tests too,
@@ -54,6 +55,7 @@ pub mod statestore;
 pub(crate) mod untrusted;
 pub mod web;
 
+pub use config_error::ConfigError;
 pub use error::ServerError;
 pub use local_server::{BrokerChoice, DEFAULT_PORT, LocalServer, ServerConfig, parse_broker_url};
 pub use statestore::service::DEFAULT_MAX_PACKET_SIZE;

@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mqstate_server::ServerError;
 use mqstate_server::{LocalServer, ServerConfig};
 
 /// The variable that turns a missing Mosquitto from a skip into a failure.
@@ -36,9 +35,9 @@ pub const REQUIRE_MOSQUITTO_ENV: &str = "MQSTATE_REQUIRE_MOSQUITTO";
 /// The maximum packet size of the test Mosquitto: 64 MiB (values of 10 MiB and more).
 pub const MOSQUITTO_MAX_PACKET_SIZE: u32 = 64 * 1024 * 1024;
 
-/// Why a test Mosquitto could not be used: not installed, did not start, or a server-side
-/// error of its setup (a port, a file). The test support owns these errors; the server's
-/// [`ServerError`] has none of Mosquitto's.
+/// Why a test Mosquitto could not be used: not installed, did not start, or its setup failed
+/// (a port, a file). The test support owns these errors; the server's errors have none of
+/// Mosquitto's.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum MosquittoError {
@@ -49,8 +48,13 @@ pub enum MosquittoError {
     },
     /// Mosquitto started but did not accept connections.
     Failed(String),
-    /// Preparing it failed (a directory, a file, a port).
-    Server(ServerError),
+    /// Preparing it failed (a directory, a file, a port, a certificate).
+    Setup {
+        /// What was being done.
+        context: String,
+        /// The error that stopped it.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl std::fmt::Display for MosquittoError {
@@ -61,7 +65,7 @@ impl std::fmt::Display for MosquittoError {
                 "the mosquitto binary was not found (looked for {looked_for}); install it with `apt-get install mosquitto`"
             ),
             MosquittoError::Failed(why) => write!(f, "mosquitto did not start: {why}"),
-            MosquittoError::Server(e) => e.fmt(f),
+            MosquittoError::Setup { context, source } => write!(f, "{context}: {source}"),
         }
     }
 }
@@ -69,28 +73,30 @@ impl std::fmt::Display for MosquittoError {
 impl std::error::Error for MosquittoError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            // Displayed as the server error itself, so its cause is the next one down.
-            MosquittoError::Server(e) => e.source(),
+            MosquittoError::Setup { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }
 }
 
-impl From<ServerError> for MosquittoError {
-    fn from(e: ServerError) -> Self {
-        MosquittoError::Server(e)
+impl MosquittoError {
+    fn setup(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        MosquittoError::Setup {
+            context: context.into(),
+            source: source.into(),
+        }
     }
 }
 
 /// A free TCP port on 127.0.0.1 (free when this returns; another process could take it
 /// before it is used, so callers that bind it should retry on failure).
-pub fn free_port() -> Result<u16, ServerError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| ServerError::io("binding 127.0.0.1:0 to find a free port", e))?;
-    listener
+pub fn free_port() -> std::io::Result<u16> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()
         .map(|a| a.port())
-        .map_err(|e| ServerError::io("reading the free port", e))
 }
 
 /// Where the `mosquitto` binary is: `$MOSQUITTO` if set, else the first of `$PATH`,
@@ -190,7 +196,7 @@ impl Mosquitto {
         let log = std::fs::OpenOptions::new()
             .append(true)
             .open(self.dir.path().join("mosquitto.log"))
-            .map_err(|e| ServerError::io("opening mosquitto.log", e))?;
+            .map_err(|e| MosquittoError::setup("opening mosquitto.log", e))?;
         let start = Instant::now();
         // The port may take a moment to be released.
         loop {
@@ -201,10 +207,12 @@ impl Mosquitto {
                 .stdout(Stdio::null())
                 .stderr(
                     log.try_clone()
-                        .map_err(|e| ServerError::io("opening mosquitto.log", e))?,
+                        .map_err(|e| MosquittoError::setup("opening mosquitto.log", e))?,
                 )
                 .spawn()
-                .map_err(|e| ServerError::io(format!("starting {}", self.binary.display()), e))?;
+                .map_err(|e| {
+                    MosquittoError::setup(format!("starting {}", self.binary.display()), e)
+                })?;
             match self.wait_ready(Duration::from_secs(10)) {
                 Ok(()) => return Ok(()),
                 Err(e) if start.elapsed() > Duration::from_secs(20) => return Err(e),
@@ -218,11 +226,11 @@ impl Mosquitto {
         persistent: bool,
         extra: &dyn Fn(&Path) -> String,
     ) -> Result<Mosquitto, MosquittoError> {
-        let port = free_port()?;
+        let port = free_port().map_err(|e| MosquittoError::setup("finding a free port", e))?;
         let dir = tempfile::Builder::new()
             .prefix("mqstate-mosquitto-")
             .tempdir()
-            .map_err(|e| ServerError::io("creating a temporary directory", e))?;
+            .map_err(|e| MosquittoError::setup("creating a temporary directory", e))?;
         let config_path = dir.path().join("mosquitto.conf");
         let log_path = dir.path().join("mosquitto.log");
         let persistence = if persistent {
@@ -254,12 +262,12 @@ impl Mosquitto {
             // with persistence, its database there must be writable by that user too.
             let mode = if persistent { 0o777 } else { 0o755 };
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode))
-                .map_err(|e| ServerError::io("making the Mosquitto directory readable", e))?;
+                .map_err(|e| MosquittoError::setup("making the Mosquitto directory readable", e))?;
         }
         std::fs::write(&config_path, config)
-            .map_err(|e| ServerError::io("writing mosquitto.conf", e))?;
+            .map_err(|e| MosquittoError::setup("writing mosquitto.conf", e))?;
         let log = std::fs::File::create(&log_path)
-            .map_err(|e| ServerError::io("creating mosquitto.log", e))?;
+            .map_err(|e| MosquittoError::setup("creating mosquitto.log", e))?;
         let child = Command::new(binary)
             .arg("-c")
             .arg(&config_path)
@@ -267,7 +275,7 @@ impl Mosquitto {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .map_err(|e| ServerError::io(format!("starting {}", binary.display()), e))?;
+            .map_err(|e| MosquittoError::setup(format!("starting {}", binary.display()), e))?;
         let mut mosquitto = Mosquitto {
             child,
             port,
@@ -491,12 +499,12 @@ pub struct SecuredFiles {
 impl SecuredFiles {
     /// Generates the CA, the server certificate and the password file in a temporary
     /// directory (removed on drop).
-    pub fn generate(user: &str, password: &str) -> Result<SecuredFiles, ServerError> {
+    pub fn generate(user: &str, password: &str) -> Result<SecuredFiles, MosquittoError> {
         let dir = tempfile::Builder::new()
             .prefix("mqstate-secured-")
             .tempdir()
-            .map_err(|e| ServerError::io("creating a temporary directory", e))?;
-        let gen_err = |e: rcgen::Error| ServerError::config_caused("generating certificates", e);
+            .map_err(|e| MosquittoError::setup("creating a temporary directory", e))?;
+        let gen_err = |e: rcgen::Error| MosquittoError::setup("generating certificates", e);
         let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -511,12 +519,13 @@ impl SecuredFiles {
                 .map_err(gen_err)?;
         let write = |name: &str, text: String| {
             std::fs::write(dir.path().join(name), text)
-                .map_err(|e| ServerError::io(format!("writing {name}"), e))
+                .map_err(|e| MosquittoError::setup(format!("writing {name}"), e))
         };
         write("ca.pem", ca.pem())?;
         write("server.pem", cert.pem())?;
         write("server.key", key.serialize_pem())?;
-        mqstate_server::security::set_password(&dir.path().join("passwd"), user, password)?;
+        mqstate_server::security::set_password(&dir.path().join("passwd"), user, password)
+            .map_err(|e| MosquittoError::setup("writing the password file", e))?;
         Ok(SecuredFiles { dir })
     }
 

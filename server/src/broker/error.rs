@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::config_error::ConfigError;
+
 /// Why the embedded broker (or its TLS listener) could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -34,6 +36,10 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS settings cannot be used: a certificate, key or client CA file the TLS library
+    /// could not load, or a combination it refused.
+    #[error("invalid configuration: {0}")]
+    Tls(#[source] ConfigError),
     /// The TLS listener's bound address could not be read.
     #[error("TLS listener address: {0}")]
     TlsAddress(#[source] std::io::Error),

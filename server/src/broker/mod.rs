@@ -31,13 +31,12 @@ use mqtt5::broker::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::error::ServerError;
 use admission::{AdmissionGate, GatedAuth};
 pub use error::BrokerError;
 use tls::{RunningTlsListener, TlsListener};
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
-pub const CLIENT_ID_PROPERTY: &str = "x-mqtt-client-id";
+pub(crate) const CLIENT_ID_PROPERTY: &str = "x-mqtt-client-id";
 
 /// A connection event reported by the embedded broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +71,7 @@ pub struct BrokerSecurity {
 /// Closes a client's connection on the embedded broker (its session survives; the broker
 /// sends no DISCONNECT packet, the TCP connection just ends).
 #[derive(Clone)]
-pub struct Disconnector {
+pub(crate) struct Disconnector {
     router: Arc<MessageRouter>,
 }
 
@@ -148,7 +147,7 @@ impl EmbeddedBroker {
     pub async fn start(
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
-    ) -> Result<EmbeddedBroker, ServerError> {
+    ) -> Result<EmbeddedBroker, BrokerError> {
         EmbeddedBroker::start_secured(config, &BrokerSecurity::default(), events, None).await
     }
 
@@ -159,7 +158,7 @@ impl EmbeddedBroker {
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
-    ) -> Result<EmbeddedBroker, ServerError> {
+    ) -> Result<EmbeddedBroker, BrokerError> {
         EmbeddedBroker::start_secured(config, &BrokerSecurity::default(), events, store_client_id)
             .await
     }
@@ -172,7 +171,7 @@ impl EmbeddedBroker {
         config: &EmbeddedBrokerConfig,
         events: mpsc::UnboundedSender<BrokerEvent>,
         session_dir: Option<&std::path::Path>,
-    ) -> Result<EmbeddedBroker, ServerError> {
+    ) -> Result<EmbeddedBroker, BrokerError> {
         let security = BrokerSecurity::default();
         EmbeddedBroker::start_full(config, &security, events, None, session_dir).await
     }
@@ -186,7 +185,7 @@ impl EmbeddedBroker {
         security: &BrokerSecurity,
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
-    ) -> Result<EmbeddedBroker, ServerError> {
+    ) -> Result<EmbeddedBroker, BrokerError> {
         EmbeddedBroker::start_full(config, security, events, store_client_id, None).await
     }
 
@@ -200,7 +199,7 @@ impl EmbeddedBroker {
         events: mpsc::UnboundedSender<BrokerEvent>,
         store_client_id: Option<String>,
         session_dir: Option<&std::path::Path>,
-    ) -> Result<EmbeddedBroker, ServerError> {
+    ) -> Result<EmbeddedBroker, BrokerError> {
         // Persistence on: without it the broker grants no session expiry at all. Memory
         // storage unless a session dir is given. Offline queues hold a few maximum-size
         // messages at least; expired sessions are swept every minute.
@@ -275,7 +274,7 @@ impl EmbeddedBroker {
             _ => {
                 shutdown.shutdown();
                 drop(tls);
-                return Err(BrokerError::NotReady.into());
+                return Err(BrokerError::NotReady);
             }
         }
         tracing::info!(%addr, "embedded MQTT5 broker listening");
@@ -300,7 +299,7 @@ impl EmbeddedBroker {
     }
 
     /// A handle that disconnects clients by id.
-    pub fn disconnector(&self) -> Disconnector {
+    pub(crate) fn disconnector(&self) -> Disconnector {
         Disconnector {
             router: self.router.clone(),
         }

@@ -21,7 +21,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::error::BrokerError;
-use crate::error::ServerError;
+use crate::config_error::ConfigError;
 use crate::security::TlsSettings;
 
 /// How long a client has to complete its TLS handshake.
@@ -44,9 +44,12 @@ pub(crate) struct RunningTlsListener {
 impl TlsListener {
     /// Loads the certificate, key and client CA of `tls` and binds `addr`; every failure
     /// names the file or the address.
-    pub(crate) async fn bind(tls: &TlsSettings, addr: SocketAddr) -> Result<Self, ServerError> {
+    pub(crate) async fn bind(tls: &TlsSettings, addr: SocketAddr) -> Result<Self, BrokerError> {
         let load = |what: &str, path: &std::path::Path, e: mqtt5::MqttError| {
-            ServerError::config_caused(format!("TLS {what} {}", path.display()), e)
+            BrokerError::Tls(ConfigError::caused(
+                format!("TLS {what} {}", path.display()),
+                e,
+            ))
         };
         let chain = TlsAcceptorConfig::load_cert_chain_from_file(&tls.cert)
             .await
@@ -65,7 +68,7 @@ impl TlsListener {
         }
         let acceptor = config
             .build_acceptor()
-            .map_err(|e| ServerError::config_caused("TLS configuration", e))?;
+            .map_err(|e| BrokerError::Tls(ConfigError::caused("TLS configuration", e)))?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| BrokerError::TlsListen { addr, source })?;

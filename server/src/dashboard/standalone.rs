@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::error::ServerError;
+use crate::web::WebError;
 
 /// A running HTTP server for the dashboard's routes; stop it with
 /// [`DashboardServer::shutdown`] (dropping it stops it too, without waiting).
@@ -25,15 +25,15 @@ impl DashboardServer {
         addr: SocketAddr,
         router: axum::Router,
         auth: Option<std::sync::Arc<crate::web::auth::WebAuth>>,
-    ) -> Result<Self, ServerError> {
+    ) -> Result<Self, WebError> {
         let router =
             crate::web::guard::guard(router, crate::web::guard::AllowedHosts::default(), auth);
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            ServerError::io(format!("cannot listen for the dashboard on {addr}"), e)
-        })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| WebError::io(format!("cannot listen for the dashboard on {addr}"), e))?;
         let addr = listener
             .local_addr()
-            .map_err(|e| ServerError::io("dashboard address", e))?;
+            .map_err(|e| WebError::io("dashboard address", e))?;
         let (stop, mut stop_rx) = watch::channel(false);
         let task = tokio::spawn(async move {
             let shutdown = async move {

@@ -108,7 +108,7 @@ impl LocalServer {
                 if let Some(b) = broker {
                     b.shutdown().await;
                 }
-                return Err(e);
+                return Err(e.into());
             }
         };
         let hub_config = config.iothub.take();

@@ -17,6 +17,7 @@
 //! assert!(s.check_bind("0.0.0.0".parse().unwrap()).is_err());
 //! ```
 
+mod error;
 mod passwd;
 pub(crate) mod provider;
 mod rules;
@@ -25,14 +26,13 @@ mod tokens;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+pub use error::SecurityError;
 #[cfg(unix)]
 pub(crate) use passwd::is_loose;
 pub use passwd::set_password;
 pub(crate) use passwd::write_private_file;
 pub(crate) use passwd::{hash_password, loose_permissions};
 pub use provider::{AccessControl, STORE_USER};
-
-use crate::error::ServerError;
 
 /// The embedded broker's TLS listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl SecurityConfig {
     }
 
     /// Refuses a non-loopback `bind` unless there is TLS and authentication, or `insecure`.
-    pub fn check_bind(&self, bind: IpAddr) -> Result<(), ServerError> {
+    pub fn check_bind(&self, bind: IpAddr) -> Result<(), SecurityError> {
         if bind.is_loopback() || self.insecure {
             return Ok(());
         }
@@ -115,7 +115,7 @@ impl SecurityConfig {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(ServerError::config(format!(
+        Err(SecurityError::config(format!(
             "refusing to listen on {bind} without {}: anyone on the network could read and \
              change every key and read other clients' responses; add them, or pass --insecure \
              to accept that",
@@ -126,13 +126,15 @@ impl SecurityConfig {
 
 /// A random secret, `what` it is for naming it in the error: 32 bytes from the OS, base64url
 /// (the store's own password, the web surfaces' access token and session ids).
-pub(crate) fn random_secret(what: &str) -> Result<String, ServerError> {
+pub(crate) fn random_secret(what: &str) -> Result<String, SecurityError> {
     use base64::Engine as _;
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)
-        .map_err(|_| ServerError::config(format!("no randomness from the OS for {what}")))?;
+        .map_err(|_| SecurityError::NoRandomness {
+            what: what.to_owned(),
+        })?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
@@ -141,11 +143,14 @@ impl SecurityConfig {
     /// (and the dashboard on the same server) speak plain HTTP, so the access token they ask
     /// for there (`web::auth`), device keys and key values would cross the network
     /// unencrypted, even when the device endpoint has TLS.
-    pub fn check_iothub_bind(&self, hub: &crate::iothub::IotHubConfig) -> Result<(), ServerError> {
+    pub fn check_iothub_bind(
+        &self,
+        hub: &crate::iothub::IotHubConfig,
+    ) -> Result<(), SecurityError> {
         if hub.bind.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::config(format!(
+        Err(SecurityError::config(format!(
             "refusing to run the local IoT Hub on {}: its admin API speaks plain HTTP, so its \
              access token, device keys and key values would cross the network unencrypted; \
              bind it to 127.0.0.1 (and publish it through a TLS reverse proxy), pass \
@@ -158,11 +163,11 @@ impl SecurityConfig {
     /// non-loopback address unless `insecure`: it speaks plain HTTP, so its access token and
     /// every key and value would cross the network unencrypted. (With the hub on, the dashboard shares the admin API's server, which
     /// [`SecurityConfig::check_iothub_bind`] guards.)
-    pub fn check_dashboard_bind(&self, ip: std::net::IpAddr) -> Result<(), ServerError> {
+    pub fn check_dashboard_bind(&self, ip: std::net::IpAddr) -> Result<(), SecurityError> {
         if ip.is_loopback() || self.insecure {
             return Ok(());
         }
-        Err(ServerError::config(format!(
+        Err(SecurityError::config(format!(
             "refusing to serve the dashboard on {ip}: it speaks plain HTTP, so its access token \
              and every key and value would cross the network unencrypted; bind it to 127.0.0.1 \
              (--iothub-bind), pass --no-dashboard, or pass --insecure to accept that (it still \

@@ -5,12 +5,12 @@ use std::path::Path;
 
 use mqtt5::broker::PasswordAuthProvider;
 
-use crate::error::ServerError;
+use super::error::SecurityError;
 
 /// A salted argon2id hash of `password` (PHC string format).
-pub(crate) fn hash_password(password: &str) -> Result<String, ServerError> {
+pub(crate) fn hash_password(password: &str) -> Result<String, SecurityError> {
     PasswordAuthProvider::hash_password(password)
-        .map_err(|e| ServerError::config_caused("cannot hash the password", e))
+        .map_err(|e| SecurityError::config_caused("cannot hash the password", e))
 }
 
 /// Adds `user` to the password file at `path` (created if missing, readable and writable by
@@ -24,19 +24,19 @@ pub(crate) fn hash_password(password: &str) -> Result<String, ServerError> {
 /// let text = std::fs::read_to_string(&file).unwrap();
 /// assert!(text.starts_with("alice:$argon2"));
 /// ```
-pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), ServerError> {
+pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), SecurityError> {
     if user.is_empty() || user.contains(':') || user.chars().any(char::is_whitespace) {
-        return Err(ServerError::config(format!(
+        return Err(SecurityError::config(format!(
             "user name {user:?}: must be non-empty, without ':' or spaces"
         )));
     }
     if password.is_empty() {
-        return Err(ServerError::config("the password is empty"));
+        return Err(SecurityError::config("the password is empty"));
     }
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(ServerError::io(format!("reading {}", path.display()), e)),
+        Err(e) => return Err(SecurityError::io(format!("reading {}", path.display()), e)),
     };
     let entry = format!("{user}:{}", hash_password(password)?);
     let mut lines: Vec<String> = Vec::new();
@@ -57,7 +57,7 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<(), Serve
     let mut text = lines.join("\n");
     text.push('\n');
     write_private_file(path, text.as_bytes())
-        .map_err(|e| ServerError::io(format!("writing {}", path.display()), e))
+        .map_err(|e| SecurityError::io(format!("writing {}", path.display()), e))
 }
 
 /// Writes `contents` to `path`; a file it creates is readable by its owner only (0600), an

@@ -13,9 +13,9 @@ use mqtt5::packet::connect::ConnectPacket;
 use mqtt5::protocol::v5::reason_codes::ReasonCode;
 
 use super::SecurityConfig;
+use super::error::SecurityError;
 use super::rules::RuleSet;
 use super::tokens::TokenSet;
-use crate::error::ServerError;
 
 /// The enhanced authentication method of Kubernetes service account tokens.
 pub(crate) const K8S_SAT_METHOD: &str = "K8S-SAT";
@@ -160,14 +160,14 @@ impl AccessControl {
     pub async fn load(
         config: &SecurityConfig,
         store_password: &str,
-    ) -> Result<AccessControl, ServerError> {
+    ) -> Result<AccessControl, SecurityError> {
         let passwords = match &config.password_file {
             Some(path) => {
                 let p = PasswordAuthProvider::from_file(path).await.map_err(|e| {
-                    ServerError::config_caused(format!("password file {}", path.display()), e)
+                    SecurityError::config_caused(format!("password file {}", path.display()), e)
                 })?;
                 if p.has_user(STORE_USER) {
-                    return Err(ServerError::config(format!(
+                    return Err(SecurityError::config(format!(
                         "password file {}: the user name {STORE_USER} is reserved",
                         path.display()
                     )));
@@ -178,7 +178,7 @@ impl AccessControl {
         };
         passwords
             .add_user(STORE_USER.to_owned(), store_password)
-            .map_err(|e| ServerError::config_caused("cannot hash the store's password", e))?;
+            .map_err(|e| SecurityError::config_caused("cannot hash the store's password", e))?;
         for file in [&config.password_file, &config.sat_file]
             .into_iter()
             .flatten()

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use mqtt5::topic_matches_filter;
 
-use crate::error::ServerError;
+use super::error::SecurityError;
 
 /// Who a rule applies to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,11 +49,12 @@ pub(crate) struct RuleSet {
 
 impl RuleSet {
     /// Reads a rule file.
-    pub(crate) fn load(path: &Path) -> Result<RuleSet, ServerError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServerError::io(format!("reading the rule file {}", path.display()), e))?;
+    pub(crate) fn load(path: &Path) -> Result<RuleSet, SecurityError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SecurityError::io(format!("reading the rule file {}", path.display()), e)
+        })?;
         RuleSet::parse(&text)
-            .map_err(|e| ServerError::config_caused(format!("rule file {}", path.display()), e))
+            .map_err(|e| SecurityError::config_caused(format!("rule file {}", path.display()), e))
     }
 
     /// Parses a rule file's text.

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::error::ServerError;
+use super::error::SecurityError;
 
 /// Accepted service account tokens, each with the user name it authenticates as.
 ///
@@ -16,11 +16,12 @@ pub(crate) struct TokenSet {
 
 impl TokenSet {
     /// Reads the token file.
-    pub(crate) fn load(path: &Path) -> Result<TokenSet, ServerError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServerError::io(format!("reading the SAT file {}", path.display()), e))?;
+    pub(crate) fn load(path: &Path) -> Result<TokenSet, SecurityError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            SecurityError::io(format!("reading the SAT file {}", path.display()), e)
+        })?;
         TokenSet::parse(&text)
-            .map_err(|e| ServerError::config_caused(format!("SAT file {}", path.display()), e))
+            .map_err(|e| SecurityError::config_caused(format!("SAT file {}", path.display()), e))
     }
 
     /// Parses the token file's text.

@@ -1,7 +1,26 @@
-//! The store's own error, [`ConnectError`]: why its MQTT connection to the broker could not
-//! be set up. It keeps the last connection error that rumqttc reported.
+//! The store's own errors: [`ConnectError`], why its MQTT connection to the broker could not
+//! be set up (it keeps the last connection error that rumqttc reported), and [`StartError`],
+//! why the store could not start at all. `LocalServer` converts them once into
+//! [`crate::ServerError`].
 
 use std::time::Duration;
+
+use crate::config_error::ConfigError;
+use crate::persist::PersistError;
+
+/// Why the store could not start: its settings, its data dir, or its connection.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// A setting is out of range (the reconnection delays).
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The data dir's store file cannot be used.
+    #[error("data dir: {0}")]
+    DataDir(#[from] PersistError),
+    /// No connection or subscription to the request topic in time.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+}
 
 /// Why the state store could not start answering.
 #[derive(Debug, thiserror::Error)]

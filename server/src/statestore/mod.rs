@@ -34,3 +34,4 @@ pub(crate) mod service;
 pub mod store;
 
 pub use error::ConnectError;
+pub(crate) use error::StartError;

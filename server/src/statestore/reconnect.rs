@@ -28,7 +28,7 @@
 
 use std::time::Duration;
 
-use crate::error::ServerError;
+use crate::config_error::ConfigError;
 
 /// The delay before the first attempt after a loss (before jitter).
 pub const DEFAULT_INITIAL_DELAY: Duration = Duration::from_millis(50);
@@ -81,7 +81,7 @@ impl StoreReconnect {
     /// assert_eq!(p.max_delay, Duration::from_secs(2));
     /// assert!(StoreReconnect::with_max_delay(Duration::from_secs(7200)).is_err());
     /// ```
-    pub fn with_max_delay(max_delay: Duration) -> Result<Self, ServerError> {
+    pub fn with_max_delay(max_delay: Duration) -> Result<Self, ConfigError> {
         let policy = StoreReconnect {
             max_delay,
             ..StoreReconnect::default()
@@ -99,9 +99,9 @@ impl StoreReconnect {
     /// let p = StoreReconnect { initial_delay: Duration::ZERO, ..StoreReconnect::default() };
     /// assert!(p.check().unwrap_err().to_string().contains("initial delay"));
     /// ```
-    pub fn check(&self) -> Result<(), ServerError> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         if !(MIN_MAX_DELAY..=MAX_MAX_DELAY).contains(&self.max_delay) {
-            return Err(ServerError::config(format!(
+            return Err(ConfigError::new(format!(
                 "the store's reconnection max delay is {}: it must be from {} to {}",
                 humantime::format_duration(self.max_delay),
                 humantime::format_duration(MIN_MAX_DELAY),
@@ -109,7 +109,7 @@ impl StoreReconnect {
             )));
         }
         if self.initial_delay.is_zero() {
-            return Err(ServerError::config(
+            return Err(ConfigError::new(
                 "the store's reconnection initial delay is zero: it must be positive",
             ));
         }

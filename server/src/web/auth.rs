@@ -34,9 +34,11 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::error::WebError;
 use super::refusal::refuse;
-use crate::error::ServerError;
+use crate::config_error::ConfigError;
 use crate::security::AccessControl;
+use crate::security::SecurityError;
 use crate::untrusted::cut;
 
 /// The session cookie's name.
@@ -92,7 +94,7 @@ enum SessionRefused {
     /// [`MAX_SESSIONS`] are open.
     Full,
     /// No random id (the OS gave no randomness).
-    Random(ServerError),
+    Random(SecurityError),
 }
 
 impl std::fmt::Debug for WebAuth {
@@ -112,15 +114,15 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
 
 /// Reads the access token from `path` (its first line), or writes a new random one there
 /// (mode 0600) when the file does not exist.
-pub(crate) fn token_from_file(path: &std::path::Path) -> Result<String, ServerError> {
+pub(crate) fn token_from_file(path: &std::path::Path) -> Result<String, WebError> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let token = text.lines().next().unwrap_or_default().trim().to_owned();
             if token.len() < 16 {
-                return Err(ServerError::config(format!(
+                return Err(WebError::Config(ConfigError::new(format!(
                     "web token file {}: the token must be at least 16 characters",
                     path.display()
-                )));
+                ))));
             }
             if let Some(warning) = crate::security::loose_permissions(path) {
                 tracing::warn!("{warning}");
@@ -130,10 +132,10 @@ pub(crate) fn token_from_file(path: &std::path::Path) -> Result<String, ServerEr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let token = crate::security::random_secret("the web access token")?;
             crate::security::write_private_file(path, format!("{token}\n").as_bytes())
-                .map_err(|e| ServerError::io(format!("web token file {}", path.display()), e))?;
+                .map_err(|e| WebError::io(format!("web token file {}", path.display()), e))?;
             Ok(token)
         }
-        Err(e) => Err(ServerError::io(
+        Err(e) => Err(WebError::io(
             format!("web token file {}", path.display()),
             e,
         )),

@@ -5,8 +5,10 @@
 //! the broker authenticates its clients or a web surface listens beyond loopback).
 
 pub(crate) mod auth;
+mod error;
 pub(crate) mod guard;
 pub(crate) mod http1;
 mod refusal;
 
 pub use auth::MAX_SESSIONS_PER_USER;
+pub use error::WebError;

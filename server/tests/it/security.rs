@@ -1122,3 +1122,62 @@ async fn idle_sockets_on_the_hubs_tls_ports_do_not_stall_other_clients() {
     }
     hub_server.shutdown().await;
 }
+
+/// Each layer's error reaches `LocalServer::start_with` converted once, with its cause kept:
+/// an unloadable TLS file (the broker's layer) and a malformed rule file (security's) are
+/// configuration errors whose source is the loader's own error; an unreadable SAT file is an
+/// I/O error whose source is the `io::Error`.
+#[tokio::test]
+async fn unusable_security_files_are_typed_errors_that_keep_their_cause() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let tls = ServerConfig {
+        security: SecurityConfig {
+            tls: Some(TlsSettings {
+                cert: missing.clone(),
+                key: missing.clone(),
+                client_ca: None,
+                port: 0,
+            }),
+            ..SecurityConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let err = LocalServer::start_with(tls).await.unwrap_err();
+    assert!(matches!(err, ServerError::Config(_)), "{err}");
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    let cause = err.source().and_then(|e| e.source());
+    assert!(cause.is_some(), "no cause kept under {err}");
+
+    let rules = dir.path().join("bad.acl");
+    std::fs::write(&rules, "this is not a rule\n").unwrap();
+    let passwd = dir.path().join("passwd");
+    set_password(&passwd, "alice", "s3cret").unwrap();
+    let config = ServerConfig {
+        security: SecurityConfig {
+            rules_file: Some(rules),
+            password_file: Some(passwd),
+            ..SecurityConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let err = LocalServer::start_with(config).await.unwrap_err();
+    assert!(matches!(err, ServerError::Config(_)), "{err}");
+    assert!(err.to_string().contains("bad.acl"), "{err}");
+    assert!(err.source().and_then(|e| e.source()).is_some(), "{err}");
+
+    let config = ServerConfig {
+        security: SecurityConfig {
+            sat_file: Some(dir.path().join("no-such-sat.json")),
+            ..SecurityConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let err = LocalServer::start_with(config).await.unwrap_err();
+    let io = err
+        .source()
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .unwrap_or_else(|| panic!("not an I/O error underneath: {err:?}"));
+    assert_eq!(io.kind(), std::io::ErrorKind::NotFound, "{err}");
+}

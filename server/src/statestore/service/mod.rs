@@ -30,10 +30,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::broker::{BrokerEvent, Disconnector};
-use crate::error::ServerError;
 use crate::persist::{self, Persistence};
 use crate::statestore::dedup::{DedupCache, DedupLimits};
-use crate::statestore::error::ConnectError;
+use crate::statestore::error::{ConnectError, StartError};
 use crate::statestore::handler::HandlerConfig;
 use crate::statestore::reconnect::StoreReconnect;
 use poll::{PollSettings, poll_loop};
@@ -187,7 +186,7 @@ impl Service {
     pub(crate) async fn start(
         config: ServiceConfig,
         broker_events: Option<mpsc::UnboundedReceiver<BrokerEvent>>,
-    ) -> Result<Service, ServerError> {
+    ) -> Result<Service, StartError> {
         config.reconnect.check()?;
         let handler = persist::handler(config.handler.clone(), config.persistence.as_ref())?;
         let mut options = MqttOptions::new(config.client_id.clone(), &config.host, config.port);
