@@ -40,6 +40,7 @@ pub(crate) mod domain;
 pub(crate) mod https;
 pub(crate) mod mqtt;
 mod tls;
+pub(crate) mod websocket;
 
 // The domain's modules whose items the CLI, the bindings' test tooling and the tests name.
 pub use domain::{message, policies, properties, registry, sas, time};
@@ -137,7 +138,9 @@ impl IotHubServer {
             tasks.push(tokio::spawn(https::run(
                 listener,
                 tls,
-                https::service::router(hub.clone()),
+                // MQTT and AMQP over WebSockets share the port, as on IoT Hub.
+                https::service::router(hub.clone())
+                    .merge(websocket::router(hub.clone(), stop_rx.clone())),
                 stop_rx.clone(),
             )));
         }

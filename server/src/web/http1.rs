@@ -45,7 +45,12 @@ where
     if let Some(max) = limits.max_bytes {
         builder.max_header_size(max);
     }
-    let served = builder.serve_connection(TokioIo::new(io), service);
+    // Upgrades are kept: the hub's HTTPS port serves MQTT and AMQP over WebSockets
+    // (crate::iothub::websocket); an upgraded connection leaves hyper and is served, and
+    // stopped, by its own handler.
+    let served = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
     tokio::pin!(served);
     tokio::select! {
         result = served.as_mut() => result,

@@ -84,7 +84,7 @@ const CBS_MAX_MESSAGE_SIZE: u64 = 16 * 1024;
 const REFUSED_LINK_CLOSE: Duration = Duration::from_secs(2);
 
 /// Room for the properties and annotations around the largest body a link takes.
-const MESSAGE_OVERHEAD: u64 = 64 * 1024;
+pub(crate) const MESSAGE_OVERHEAD: u64 = 64 * 1024;
 
 /// Counts the links open at once on a session against a limit:
 /// [`Slots::take`] gives a [`Slot`] while one is free, which frees it when dropped (when the
@@ -214,13 +214,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Replayed<S> {
     }
 }
 
-/// TLS, then the AMQP connection with or without SASL, depending on the client's header.
-async fn open(
-    hub: &IotHub,
-    tcp: TcpStream,
-    tls: TlsAcceptor,
-) -> Result<ListenerConnectionHandle, String> {
-    let mut stream = crate::iothub::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT).await?;
+/// The AMQP connection over `stream` (TLS already done, or a WebSocket's byte stream), with or
+/// without SASL, depending on the client's header.
+async fn open<S>(hub: &IotHub, mut stream: S) -> Result<ListenerConnectionHandle, String>
+where
+    S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+{
     let mut head = [0u8; 8];
     tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut head))
         .await
@@ -260,19 +259,43 @@ async fn open(
         .map_err(|e| format!("AMQP open: {e}"))
 }
 
-/// One client connection: its sessions, until it closes, the hub stops, or it goes past a
-/// limit ([`crate::iothub::AmqpLimits`]).
+/// One client connection over TCP: TLS, then [`serve`].
 async fn connection(
     hub: IotHub,
     tcp: TcpStream,
     peer: SocketAddr,
     tls: TlsAcceptor,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let limits = hub.config().amqp_limits.clone();
     // TLS, SASL and the first accepted put-token all count against one deadline.
-    let deadline = tokio::time::Instant::now() + limits.auth_timeout;
-    let opened = tokio::time::timeout_at(deadline, open(&hub, tcp, tls)).await;
+    let deadline = tokio::time::Instant::now() + hub.config().amqp_limits.auth_timeout;
+    let stream = tokio::time::timeout_at(
+        deadline,
+        crate::iothub::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT),
+    )
+    .await;
+    match stream {
+        Ok(Ok(stream)) => serve(hub, stream, peer, deadline, stop).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "iothub amqp: connection refused"),
+        Err(_) => tracing::debug!(%peer, "iothub amqp: TLS not done in time"),
+    }
+}
+
+/// One client connection over `stream` (a TLS stream, or the byte stream of a WebSocket on
+/// the HTTPS port: `crate::iothub::websocket`): its sessions, until it closes, the hub stops,
+/// or it goes past a limit ([`crate::iothub::AmqpLimits`]). The header, SASL and the first
+/// accepted put-token must all be done by `deadline`.
+pub(crate) async fn serve<S>(
+    hub: IotHub,
+    stream: S,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+{
+    let limits = hub.config().amqp_limits.clone();
+    let opened = tokio::time::timeout_at(deadline, open(&hub, stream)).await;
     let mut connection = match opened {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {

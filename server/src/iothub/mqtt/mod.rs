@@ -23,7 +23,7 @@ mod delivery;
 use delivery::{InFlight, devicebound_topic};
 
 /// Room for the topic and headers around the largest body.
-const PACKET_OVERHEAD: usize = 64 * 1024;
+pub(crate) const PACKET_OVERHEAD: usize = 64 * 1024;
 
 /// The topic filter twin responses come on: granted (the hub answers twin requests on it, if
 /// only to refuse them) so that the SDKs see the answer instead of waiting for it.
@@ -103,25 +103,38 @@ pub(crate) async fn run(
         let tls = tls.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
-            let refusals = hub.clone();
-            let result = match tls {
+            match tls {
                 Some(acceptor) => {
                     let limit = hub.config().connect_timeout;
                     match crate::iothub::tls::handshake(&acceptor, stream, limit).await {
-                        Ok(tls_stream) => serve(hub, tls_stream, stop).await,
-                        Err(e) => Err(e),
+                        Ok(tls_stream) => connection(hub, tls_stream, peer, stop).await,
+                        Err(e) => log_refusal(&hub, peer, &e),
                     }
                 }
-                None => serve(hub, stream, stop).await,
-            };
-            // Refusals and protocol errors, summarised per address (a peer repeating a bad
-            // CONNECT cannot fill the log).
-            if let Err(why) = result
-                && let Some(left_out) = refusals.refusals().admit(peer.ip())
-            {
-                tracing::info!(%peer, left_out, "iothub: device connection closed: {why}");
+                None => connection(hub, stream, peer, stop).await,
             }
         });
+    }
+}
+
+/// One device connection over `stream` (TCP, TLS, or the byte stream of a WebSocket on the
+/// HTTPS port: `crate::iothub::websocket`), served until it ends; why it ended is logged.
+pub(crate) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+    hub: IotHub,
+    stream: S,
+    peer: std::net::SocketAddr,
+    stop: watch::Receiver<bool>,
+) {
+    if let Err(why) = serve(hub.clone(), stream, stop).await {
+        log_refusal(&hub, peer, &why);
+    }
+}
+
+/// Refusals and protocol errors, summarised per address (a peer repeating a bad CONNECT
+/// cannot fill the log).
+fn log_refusal(hub: &IotHub, peer: std::net::SocketAddr, why: &str) {
+    if let Some(left_out) = hub.refusals().admit(peer.ip()) {
+        tracing::info!(%peer, left_out, "iothub: device connection closed: {why}");
     }
 }
 
@@ -158,6 +171,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             .map_err(|e| format!("encode: {e}"))?;
         self.stream
             .write_all(&self.write)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        // A no-op on TCP; a WebSocket (crate::iothub::websocket) sends its message only on
+        // flush, and TLS may hold bytes back until then.
+        self.stream
+            .flush()
             .await
             .map_err(|e| format!("write: {e}"))?;
         self.write.clear();

@@ -1,6 +1,7 @@
 //! Clients of the local hub's TLS endpoints as the tests drive them (one definition for the
 //! files that each had their own copy): an HTTPS client for the REST and device HTTPS APIs,
-//! the TLS stream under an AMQP connection, and the `$cbs` put-token request.
+//! the TLS stream under an AMQP connection, a WebSocket on the HTTPS port as a byte stream
+//! (for MQTT and AMQP over WebSockets), and the `$cbs` put-token request.
 
 use std::net::SocketAddr;
 
@@ -154,4 +155,63 @@ pub fn put_token_request(
         )
         .value(Value_::String(token.to_owned()))
         .build()
+}
+
+/// A WebSocket to the hub's HTTPS port at `path` (with its query) asking for `subprotocol`,
+/// over TLS trusting the hub's certificate, as the SDKs open it. A refused upgrade is the
+/// error (`tungstenite::Error::Http` holds the response).
+pub async fn websocket_frames(
+    hub: &IotHub,
+    path: &str,
+    subprotocol: Option<&str>,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::Error,
+> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
+    let pem = hub.ca_certificate_pem().expect("a generated certificate");
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls = mqstate_testing::tls::connector(&pem)
+        .connect(mqstate_testing::tls::localhost(), tcp)
+        .await
+        .unwrap();
+    let mut request = format!("wss://localhost{path}").into_client_request()?;
+    if let Some(protocol) = subprotocol {
+        request
+            .headers_mut()
+            .insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
+    }
+    let (socket, _response) = tokio_tungstenite::client_async(request, tls).await?;
+    Ok(socket)
+}
+
+/// [`websocket_frames`], its binary messages as a byte stream (tokio-util's `StreamReader`
+/// and `SinkWriter`, as the hub reads them; a write is sent on flush).
+pub async fn websocket(
+    hub: &IotHub,
+    path: &str,
+    subprotocol: Option<&str>,
+) -> Result<
+    impl tokio::io::AsyncRead + tokio::io::AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+    tokio_tungstenite::tungstenite::Error,
+> {
+    use futures_util::{SinkExt, StreamExt, future};
+    use tokio_tungstenite::tungstenite::Message;
+    type WsError = tokio_tungstenite::tungstenite::Error;
+    let socket = websocket_frames(hub, path, subprotocol).await?;
+    let (sink, stream) = socket.split();
+    let reader = tokio_util::io::StreamReader::new(stream.filter_map(|m| {
+        future::ready(match m {
+            Ok(Message::Binary(b)) => Some(Ok(b)),
+            Ok(_) => None,
+            Err(e) => Some(Err(std::io::Error::other(e))),
+        })
+    }));
+    let sink = sink
+        .with(|b: Bytes| future::ready(Ok::<_, WsError>(Message::Binary(b))))
+        .sink_map_err(std::io::Error::other as fn(WsError) -> std::io::Error);
+    let writer = tokio_util::io::SinkWriter::new(tokio_util::io::CopyToBytes::new(sink));
+    Ok(tokio::io::join(reader, writer))
 }
