@@ -19,6 +19,8 @@
 //! - The device endpoint reads and writes packets with rumqttc's MQTT 3.1.1 codec
 //!   (`rumqttc::mqttbytes::v4`) and terminates each connection itself, so that the PUBACK
 //!   of a delivery completes its message.
+//! - The HTTPS port also serves MQTT and AMQP over WebSockets (`/$iothub/websocket`), handed to
+//!   the same MQTT and AMQP connection handlers (`websocket.rs`, docs/iothub.md).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,8 +1,9 @@
 //! MQTT and AMQP over WebSockets on the hub's HTTPS port, as IoT Hub serves them for networks
 //! that let only 443 through: `GET /$iothub/websocket` (any query, such as the SDKs'
-//! `?iothub-no-client-cert=true`), upgraded to a WebSocket whose subprotocol names what it
-//! carries: `mqtt` (the MQTT 3.1.1 device endpoint) or `AMQPWSB10` (the AMQP endpoint, devices
-//! and service alike). docs/iothub.md, "Transports".
+//! `?iothub-no-client-cert=true`; or Service Bus's `/$servicebus/websocket/`, where uamqp
+//! goes), upgraded to a WebSocket whose subprotocol names what it carries: `mqtt` (the MQTT
+//! 3.1.1 device endpoint) or `AMQPWSB10` (the AMQP endpoint, devices and service alike).
+//! docs/iothub.md, "Transports and credentials".
 //!
 //! This module owns only the upgrade and the byte stream: axum's `ws` extractor (tungstenite)
 //! does the WebSocket handshake and framing, tokio-util's `StreamReader` and `SinkWriter` turn
@@ -37,7 +38,12 @@ use crate::iothub::IotHub;
 use crate::untrusted::cut;
 
 /// The path IoT Hub serves its WebSockets on.
-pub(crate) const PATH: &str = "/$iothub/websocket";
+const PATH: &str = "/$iothub/websocket";
+
+/// Service Bus's path, which IoT Hub serves too: uamqp (the Python service SDK's AMQP, with
+/// `TransportType.AmqpOverWebsocket`) asks for `/$servicebus/websocket/`, trailing slash
+/// included, whoever it talks to (its `wsio` resource name is fixed).
+const SERVICE_BUS_PATHS: [&str; 2] = ["/$servicebus/websocket", "/$servicebus/websocket/"];
 
 /// The subprotocols served, as the SDKs ask for them (compared exactly, as RFC 6455 says).
 const MQTT: &str = "mqtt";
@@ -53,8 +59,11 @@ struct Ws {
 /// The WebSocket route, to merge into the HTTPS server's router; `stop` turning true closes
 /// every connection it upgraded.
 pub(crate) fn router(hub: IotHub, stop: watch::Receiver<bool>) -> Router {
+    let [bus, bus_slash] = SERVICE_BUS_PATHS;
     Router::new()
         .route(PATH, get(upgrade))
+        .route(bus, get(upgrade))
+        .route(bus_slash, get(upgrade))
         .with_state(Ws { hub, stop })
 }
 

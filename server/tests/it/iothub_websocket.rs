@@ -1,5 +1,5 @@
 //! MQTT and AMQP over WebSockets on the hub's HTTPS port (`/$iothub/websocket`, subprotocols
-//! `mqtt` and `AMQPWSB10`), with raw clients over a tokio-tungstenite WebSocket: a device
+//! `mqtt` and `AMQPWSB10`; and Service Bus's `/$servicebus/websocket/`), with raw clients over a tokio-tungstenite WebSocket: a device
 //! authenticates with its SAS and completes a C2D message over each; a service sends over
 //! AMQP/WS; a path or subprotocol the hub does not serve is refused at once with its status;
 //! a silent or oversized peer is dropped; the hub's stop closes the WebSockets.
@@ -160,8 +160,11 @@ async fn mqtt_over_websocket_completes_a_message_and_closes_when_the_hub_stops()
 #[tokio::test]
 async fn amqp_over_websocket_serves_the_service_and_the_device() {
     let (server, hub) = start().await;
-    // The service: put-token of a ServiceConnect policy, then a C2D message.
-    let stream = websocket(&hub, PATH, Some("AMQPWSB10")).await.unwrap();
+    // The service: put-token of a ServiceConnect policy, then a C2D message; on Service Bus's
+    // path, where uamqp (Python's service SDK) opens its WebSocket.
+    let stream = websocket(&hub, "/$servicebus/websocket/", Some("AMQPWSB10"))
+        .await
+        .unwrap();
     let mut service = Connection::builder()
         .container_id("ws-service")
         .hostname("localhost")

@@ -2,8 +2,9 @@
 //! (Node `azure-iothub`, Python `azure-iot-hub` with `uamqp`) use to send cloud-to-device
 //! messages and receive feedback.
 //!
-//! Per connection: TLS (10 s to finish the handshake), the AMQP header with or without a SASL
-//! step ([`cbs::CbsSasl`]; Node sends none), then sessions and links through fe2o3-amqp's
+//! Per connection: TLS (10 s to finish the handshake; or a WebSocket on the HTTPS port,
+//! `crate::iothub::websocket`, whose byte stream [`serve`] takes), the AMQP header with or
+//! without a SASL step ([`cbs::CbsSasl`]; Node sends none), then sessions and links through fe2o3-amqp's
 //! acceptor. Links by address (an `amqps://host` prefix, as uamqp sends it, is ignored;
 //! compared case-insensitively):
 //!
