@@ -2,7 +2,8 @@
 //! `mqtt` and `AMQPWSB10`; and Service Bus's `/$servicebus/websocket/`), with raw clients over a tokio-tungstenite WebSocket: a device
 //! authenticates with its SAS and completes a C2D message over each; a service sends over
 //! AMQP/WS; a path or subprotocol the hub does not serve is refused at once with its status;
-//! a silent or oversized peer is dropped; the hub's stop closes the WebSockets.
+//! a silent or oversized peer is dropped; the hub's stop closes the WebSockets; what they do
+//! is kept in the data dir as over TCP.
 
 use std::time::{Duration, SystemTime};
 
@@ -105,15 +106,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Mqtt<S> {
     }
 }
 
-#[tokio::test]
-async fn mqtt_over_websocket_completes_a_message_and_closes_when_the_hub_stops() {
-    let (server, hub) = start().await;
-    hub.send(
-        "dev1",
-        C2dMessage::new("hello ws").message_id("m-1").ack(Ack::Full),
-    )
-    .unwrap();
-    let stream = websocket(&hub, PATH, Some("mqtt")).await.unwrap();
+/// Device `dev1` over MQTT/WS, connected with its SAS (clean session off) and subscribed to
+/// its C2D messages.
+async fn mqtt_device(
+    hub: &IotHub,
+) -> Mqtt<impl AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static> {
+    let stream = websocket(hub, PATH, Some("mqtt")).await.unwrap();
     let mut mqtt = Mqtt {
         stream,
         read: BytesMut::new(),
@@ -134,15 +132,32 @@ async fn mqtt_over_websocket_completes_a_message_and_closes_when_the_hub_stops()
         QoS::AtLeastOnce,
     )))
     .await;
-    let mut publish = None;
-    while publish.is_none() {
-        match mqtt.next().await {
-            Packet::SubAck(_) => {}
-            Packet::Publish(p) => publish = Some(p),
-            other => panic!("unexpected {other:?}"),
+    mqtt
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Mqtt<S> {
+    /// The next C2D message (the SUBACK may come first).
+    async fn publish(&mut self) -> rumqttc::mqttbytes::v4::Publish {
+        loop {
+            match self.next().await {
+                Packet::SubAck(_) => {}
+                Packet::Publish(p) => return p,
+                other => panic!("unexpected {other:?}"),
+            }
         }
     }
-    let publish = publish.unwrap();
+}
+
+#[tokio::test]
+async fn mqtt_over_websocket_completes_a_message_and_closes_when_the_hub_stops() {
+    let (server, hub) = start().await;
+    hub.send(
+        "dev1",
+        C2dMessage::new("hello ws").message_id("m-1").ack(Ack::Full),
+    )
+    .unwrap();
+    let mut mqtt = mqtt_device(&hub).await;
+    let publish = mqtt.publish().await;
     assert_eq!(&publish.payload[..], b"hello ws");
     assert!(
         publish
@@ -172,36 +187,10 @@ async fn amqp_over_websocket_serves_the_service_and_the_device() {
         .await
         .unwrap();
     let mut session = Session::begin(&mut service).await.unwrap();
-    let host = hub.config().hostname.clone();
-    let token = service_token(
-        &host,
-        &hub.policy("service").unwrap(),
-        SystemTime::now() + Duration::from_secs(600),
-    )
-    .unwrap();
-    put_token(&mut session, &token, "https://localhost").await;
-    let mut c2d = Sender::attach(&mut session, "c2d", "/messages/devicebound")
-        .await
-        .unwrap();
-    let message = Message::builder()
-        .properties(
-            Properties::builder()
-                .message_id(MessageId::String("a-1".into()))
-                .to("/devices/dev1/messages/devicebound")
-                .build(),
-        )
-        .application_properties(
-            fe2o3_amqp::types::messaging::ApplicationProperties::builder()
-                .insert("iothub-ack", SimpleValue::String("full".into()))
-                .build(),
-        )
-        .data(fe2o3_amqp::types::primitives::Binary::from(
-            b"over amqp ws".to_vec(),
-        ))
-        .build();
-    let outcome = c2d.send(message).await.unwrap();
-    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    let mut c2d = service_sender(&hub, &mut session).await;
+    send(&mut c2d, "a-1", b"over amqp ws").await;
     assert_eq!(hub.queue("dev1").unwrap().depth, 1);
+    let host = hub.config().hostname.clone();
 
     // The device: put-token of its SAS, receive, accept (completes).
     let stream = websocket(&hub, PATH, Some("AMQPWSB10")).await.unwrap();
@@ -240,6 +229,44 @@ async fn amqp_over_websocket_serves_the_service_and_the_device() {
     let _ = device.close().await;
     let _ = service.close().await;
     server.shutdown().await;
+}
+
+/// The C2D sender link of a service session, after a put-token of the `service` policy.
+async fn service_sender(
+    hub: &IotHub,
+    session: &mut fe2o3_amqp::session::SessionHandle<()>,
+) -> Sender {
+    let token = service_token(
+        &hub.config().hostname,
+        &hub.policy("service").unwrap(),
+        SystemTime::now() + Duration::from_secs(600),
+    )
+    .unwrap();
+    put_token(session, &token, "https://localhost").await;
+    Sender::attach(session, "c2d", "/messages/devicebound")
+        .await
+        .unwrap()
+}
+
+/// Sends a C2D message to `dev1` asking for full feedback; asserts that the hub accepted it
+/// (with a data dir: once it is on disk).
+async fn send(c2d: &mut Sender, message_id: &str, body: &[u8]) {
+    let message = Message::builder()
+        .properties(
+            Properties::builder()
+                .message_id(MessageId::String(message_id.into()))
+                .to("/devices/dev1/messages/devicebound")
+                .build(),
+        )
+        .application_properties(
+            fe2o3_amqp::types::messaging::ApplicationProperties::builder()
+                .insert("iothub-ack", SimpleValue::String("full".into()))
+                .build(),
+        )
+        .data(fe2o3_amqp::types::primitives::Binary::from(body.to_vec()))
+        .build();
+    let outcome = c2d.send(message).await.unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
 }
 
 /// Puts `token` on `$cbs` and asserts that it was accepted.
@@ -366,5 +393,52 @@ async fn silent_and_oversized_peers_are_dropped() {
         "{:?}",
         started.elapsed()
     );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn what_websocket_clients_do_is_kept_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let durable = || IotHubConfig {
+        data_dir: Some(tmp.path().to_owned()),
+        ..config()
+    };
+    // A service sends over AMQP/WS (accepted once on disk); the device receives it over
+    // MQTT/WS and stops before its PUBACK.
+    let server = IotHubServer::start(durable()).await.unwrap();
+    let hub = server.hub();
+    let stream = websocket(&hub, PATH, Some("AMQPWSB10")).await.unwrap();
+    let mut service = Connection::builder()
+        .container_id("ws-service")
+        .hostname("localhost")
+        .open_with_stream(stream)
+        .await
+        .unwrap();
+    let mut session = Session::begin(&mut service).await.unwrap();
+    let mut c2d = service_sender(&hub, &mut session).await;
+    send(&mut c2d, "d-1", b"kept").await;
+    let mut mqtt = mqtt_device(&hub).await;
+    assert_eq!(&mqtt.publish().await.payload[..], b"kept");
+    let _ = c2d.close().await;
+    let _ = session.end().await;
+    let _ = service.close().await;
+    server.shutdown().await;
+    mqtt.closed().await;
+
+    // After the restart the message is there, its delivery counted, and is delivered again;
+    // its PUBACK over MQTT/WS completes it, and that is kept too.
+    let server = IotHubServer::start(durable()).await.unwrap();
+    let hub = server.hub();
+    let queue = hub.queue("dev1").unwrap();
+    assert_eq!(queue.depth, 1, "{queue:?}");
+    assert_eq!(queue.messages[0].delivery_count, 1, "{queue:?}");
+    let mut mqtt = mqtt_device(&hub).await;
+    let publish = mqtt.publish().await;
+    assert_eq!(&publish.payload[..], b"kept");
+    mqtt.send(Packet::PubAck(PubAck::new(publish.pkid))).await;
+    assert_eq!(feedback(&hub, "d-1").await, FeedbackStatus::Success);
+    server.shutdown().await;
+    let server = IotHubServer::start(durable()).await.unwrap();
+    assert_eq!(server.hub().queue("dev1").unwrap().depth, 0);
     server.shutdown().await;
 }
