@@ -45,7 +45,8 @@ const PATH: &str = "/$iothub/websocket";
 /// included, whoever it talks to (its `wsio` resource name is fixed).
 const SERVICE_BUS_PATHS: [&str; 2] = ["/$servicebus/websocket", "/$servicebus/websocket/"];
 
-/// The subprotocols served, as the SDKs ask for them (compared exactly, as RFC 6455 says).
+/// The subprotocols served, as the SDKs ask for them (compared exactly: axum matches the
+/// requested names byte for byte).
 const MQTT: &str = "mqtt";
 const AMQP: &str = "AMQPWSB10";
 
