@@ -250,6 +250,13 @@ mod tests {
         assert_eq!(args.bind.to_string(), "127.0.0.1");
         assert!(args.broker.is_none());
         assert_eq!(args.max_packet_size, DEFAULT_MAX_PACKET_SIZE);
+        // Notifications without a subscription, as AIO (docs/protocol.md section 6.1).
+        assert!(!args.no_implicit_notify);
+        let cli = Cli::try_parse_from(["mqstate", "serve", "--no-implicit-notify"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert!(args.no_implicit_notify);
 
         let cli = Cli::try_parse_from([
             "mqstate",

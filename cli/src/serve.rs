@@ -67,6 +67,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "LEVEL")]
     pub log: Option<String>,
 
+    /// Deliver KEYNOTIFY notifications only to clients that subscribed to their notification
+    /// topic. By default the embedded broker also delivers them to a client that has not, as
+    /// Azure IoT Operations' broker does (the official Go SDK never subscribes); with --broker
+    /// that broker's own subscriptions decide either way.
+    #[arg(long)]
+    pub no_implicit_notify: bool,
+
     #[command(flatten)]
     pub iothub: crate::iothub::ServeHubArgs,
 
@@ -93,6 +100,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_keys(args.max_keys)
         .with_max_packet_size(args.max_packet_size);
     config.bind = args.bind;
+    config.implicit_notify = !args.no_implicit_notify;
     config.iothub = args.iothub.to_config();
     config.dashboard = (!args.no_dashboard).then_some(mqstate_server::dashboard::DashboardConfig {
         edit: args.dashboard_edit,

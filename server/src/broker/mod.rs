@@ -14,6 +14,7 @@
 
 pub(crate) mod admission;
 mod error;
+mod implicit_notify;
 pub(crate) mod tls;
 
 use std::future::Future;
@@ -33,6 +34,7 @@ use tokio::task::JoinHandle;
 
 use admission::{AdmissionGate, GatedAuth};
 pub use error::BrokerError;
+pub use implicit_notify::ImplicitNotify;
 use tls::{RunningTlsListener, TlsListener};
 
 /// The user property the embedded broker adds to forwarded messages: the sender's client id.
@@ -303,6 +305,12 @@ impl EmbeddedBroker {
         Disconnector {
             router: self.router.clone(),
         }
+    }
+
+    /// A handle that delivers KEYNOTIFY clients' notifications without a subscription of
+    /// their own (see `implicit_notify`).
+    pub fn implicit_notify(&self) -> ImplicitNotify {
+        ImplicitNotify::new(self.router.clone())
     }
 
     /// The address the broker listens on (with the actual port).

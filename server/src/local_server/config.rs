@@ -85,6 +85,11 @@ pub struct ServerConfig {
     /// promptly after every loss, at most [`crate::statestore::reconnect::DEFAULT_MAX_DELAY`] (500 ms)
     /// between attempts by default; see [`crate::statestore::reconnect`].
     pub reconnect: StoreReconnect,
+    /// Deliver a KEYNOTIFY client's notifications even when it has not subscribed to its
+    /// notification topic, as Azure IoT Operations' broker does (default `true`; the
+    /// embedded broker only: an external broker routes by its own subscriptions). The
+    /// official Go SDK needs it: it never subscribes. See docs/protocol.md section 6.1.
+    pub implicit_notify: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -106,7 +111,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("data_dir", &self.data_dir)
             .field("persist_mode", &self.persist_mode)
             .field("security", &self.security)
-            .field("reconnect", &self.reconnect);
+            .field("reconnect", &self.reconnect)
+            .field("implicit_notify", &self.implicit_notify);
         #[cfg(feature = "client")]
         d.field("attach", &self.attach);
         d.finish()
@@ -135,6 +141,7 @@ impl Default for ServerConfig {
             #[cfg(feature = "client")]
             attach: None,
             reconnect: StoreReconnect::default(),
+            implicit_notify: true,
         }
     }
 }

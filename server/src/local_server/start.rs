@@ -174,6 +174,11 @@ pub(super) fn configure_service(
     service_config.connect_timeout = config.connect_timeout;
     service_config.trust_broker_client_id = is_embedded;
     service_config.disconnector = embedded.map(EmbeddedBroker::disconnector);
+    // Attach mode cannot: only the embedded broker's router is ours to add a subscription to
+    // (docs/protocol.md section 6.1).
+    service_config.implicit_notify = embedded
+        .filter(|_| config.implicit_notify)
+        .map(EmbeddedBroker::implicit_notify);
     service_config.confine_response_topics = store_credentials.is_some();
     service_config.credentials = store_credentials;
     #[cfg(feature = "client")]

@@ -61,6 +61,11 @@ impl Registrations {
             .flat_map(|clients| clients.iter().map(String::as_str))
     }
 
+    /// Whether `client_id` observes at least one key.
+    pub(crate) fn observes_any(&self, client_id: &str) -> bool {
+        self.by_client.contains_key(client_id)
+    }
+
     /// How many keys `client_id` observes.
     #[cfg(test)]
     pub(crate) fn keys_of(&self, client_id: &str) -> usize {
@@ -147,7 +152,9 @@ mod tests {
         assert!(!r.unregister("zz", b"k"));
         assert_eq!(r.observers(b"k").collect::<Vec<_>>(), vec!["b"]);
         assert_eq!(r.keys_of("a"), 1);
+        assert!(r.observes_any("a"));
         assert_eq!(r.drop_client("a"), 1);
+        assert!(!r.observes_any("a"));
         assert_eq!(r.drop_client("b"), 1);
         assert!(r.is_empty());
         assert_eq!(r.observers(b"k").count(), 0);

@@ -243,7 +243,6 @@ impl Handler {
     }
 
     /// The registrations (read-only).
-    #[cfg(test)]
     pub(crate) fn registrations(&self) -> &Registrations {
         &self.registrations
     }

@@ -29,7 +29,7 @@ use rumqttc::v5::{AsyncClient, MqttOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::broker::{BrokerEvent, Disconnector};
+use crate::broker::{BrokerEvent, Disconnector, ImplicitNotify};
 use crate::persist::{self, Persistence};
 use crate::statestore::dedup::{DedupCache, DedupLimits};
 use crate::statestore::error::{ConnectError, StartError};
@@ -38,7 +38,7 @@ use crate::statestore::reconnect::StoreReconnect;
 use poll::{PollSettings, poll_loop};
 use reply::Publisher;
 use request::Admission;
-use task::StoreTask;
+use task::{Implicit, StoreTask};
 
 mod poll;
 mod reply;
@@ -95,6 +95,10 @@ pub(crate) struct ServiceConfig {
     /// embedded broker, where the sender's client id is known for sure); without it such
     /// requests are only dropped and logged.
     pub disconnector: Option<Disconnector>,
+    /// Delivers a KEYNOTIFY client's notifications without a subscription of its own, as
+    /// Azure IoT Operations does (the embedded broker only; see docs/protocol.md section
+    /// 6.1 and [`ImplicitNotify`]). `None`: only a client's own subscription routes them.
+    pub implicit_notify: Option<ImplicitNotify>,
     /// This store instance's id, sent in the [`INSTANCE_PROPERTY`] of every response and
     /// notification and announced on [`INSTANCE_TOPIC`] (random per start by default).
     pub instance_id: String,
@@ -133,6 +137,7 @@ impl ServiceConfig {
             connect_timeout: Duration::from_secs(10),
             watch_mosquitto_log: false,
             disconnector: None,
+            implicit_notify: None,
             instance_id: new_instance_id(),
             session_expiry: DEFAULT_SESSION_EXPIRY,
             persistence: None,
@@ -264,6 +269,7 @@ impl Service {
             },
             persistence: config.persistence.clone(),
             outbox: Vec::new(),
+            implicit: config.implicit_notify.clone().map(Implicit::new),
         };
         let store = tokio::spawn(store.run(input_rx, broker_events, shutdown_rx));
         let service = Service {

@@ -3,6 +3,7 @@
 //! queries, wakes exactly at the next expiry deadline to send DELETE notifications of
 //! expired keys, and batches what waits for a group commit of the data dir.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 use super::poll::Input;
 use super::reply::{Publisher, Reply};
 use super::request::{Admission, RequestKind};
-use crate::broker::BrokerEvent;
+use crate::broker::{BrokerEvent, ImplicitNotify};
 use crate::persist::{MAX_BATCH, Persistence};
 use crate::statestore::dedup::{CachedAnswer, DedupCache};
 use crate::statestore::handler::{Answer, Handler, Notification, RequestContext};
@@ -37,6 +38,40 @@ pub(super) struct StoreTask {
     pub(super) persistence: Option<Persistence>,
     /// What waits for the group commit in progress (see [`persist`]), in order.
     pub(super) outbox: Vec<Deferred>,
+    /// Notifications without a subscription (the embedded broker, unless turned off).
+    pub(super) implicit: Option<Implicit>,
+}
+
+/// The implicit notification subscriptions of the embedded broker (docs/protocol.md section
+/// 6.1), and the clients that may hold one, so that a request of a client that observes
+/// nothing costs nothing.
+pub(super) struct Implicit {
+    broker: ImplicitNotify,
+    attached: HashSet<String>,
+}
+
+impl Implicit {
+    pub(super) fn new(broker: ImplicitNotify) -> Implicit {
+        Implicit {
+            broker,
+            attached: HashSet::new(),
+        }
+    }
+
+    /// After a request of `client_id`: it gets a subscription while it observes a key, and
+    /// loses it when it observes none. Checked after every request of an observing client,
+    /// not only after a KEYNOTIFY: a reconnect drops the subscription (it is not in the
+    /// client's session) while the registrations of a session takeover survive.
+    async fn sync(&mut self, client_id: &str, observes: bool) {
+        if observes {
+            self.broker.attach(client_id).await;
+            if !self.attached.contains(client_id) {
+                self.attached.insert(client_id.to_owned());
+            }
+        } else if self.attached.remove(client_id) {
+            self.broker.detach(client_id).await;
+        }
+    }
 }
 
 /// What waits in the outbox.
@@ -61,7 +96,7 @@ impl StoreTask {
                 biased;
                 _ = shutdown.changed() => break,
                 event = recv_event(&mut broker_events) => match event {
-                    Some(event) => self.on_broker_event(event),
+                    Some(event) => self.on_broker_event(event).await,
                     None => broker_events = None,
                 },
                 query = recv_query(&mut queries) => match query {
@@ -97,7 +132,7 @@ impl StoreTask {
             Input::Log(publish) => {
                 let line = String::from_utf8_lossy(&publish.payload);
                 if let Some(event) = mosquitto_log::parse_line(&line) {
-                    self.on_broker_event(event);
+                    self.on_broker_event(event).await;
                 }
                 self.ack(ack_of(&publish)).await;
             }
@@ -181,12 +216,18 @@ impl StoreTask {
         }
     }
 
-    pub(super) fn on_broker_event(&mut self, event: BrokerEvent) {
+    pub(super) async fn on_broker_event(&mut self, event: BrokerEvent) {
         tracing::trace!(?event, "broker connection event");
         match event {
             BrokerEvent::Connected(id) => self.handler.client_connected(&id),
             BrokerEvent::Disconnected(id) => {
                 self.handler.client_disconnected(&id);
+                // The registrations are gone with the last connection: so is the implicit
+                // subscription (a takeover keeps both).
+                let observes = self.handler.registrations().observes_any(&id);
+                if let Some(implicit) = &mut self.implicit {
+                    implicit.sync(&id, observes).await;
+                }
             }
         }
     }
@@ -224,6 +265,12 @@ impl StoreTask {
             persist,
         };
         let outcome = self.handler.handle(&ctx, &request.payload, now);
+        // Before the answer goes out: a notification of a change made after the client read
+        // its `+OK` must find the subscription in place.
+        if let (Some(implicit), Some(id)) = (&mut self.implicit, client_id) {
+            let observes = self.handler.registrations().observes_any(id);
+            implicit.sync(id, observes).await;
+        }
         let reply = Reply {
             response_topic: response_topic.to_owned(),
             correlation,
