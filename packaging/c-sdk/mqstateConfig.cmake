@@ -12,7 +12,8 @@ include(CMakeFindDependencyMacro)
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_dependency(Threads)
 
-if(NOT TARGET mqstate::mqstate)
+# The musl SDKs have no shared library: mqstate::mqstate exists only where libmqstate.so does.
+if(NOT TARGET mqstate::mqstate AND EXISTS "${_mqstate_prefix}/lib/libmqstate.so")
   add_library(mqstate::mqstate SHARED IMPORTED)
   set_target_properties(mqstate::mqstate PROPERTIES
     IMPORTED_LOCATION "${_mqstate_prefix}/lib/libmqstate.so"
@@ -31,5 +32,9 @@ if(NOT TARGET mqstate::mqstate_static)
 endif()
 
 set(mqstate_INCLUDE_DIRS "${_mqstate_prefix}/include")
-set(mqstate_LIBRARIES mqstate::mqstate)
+if(TARGET mqstate::mqstate)
+  set(mqstate_LIBRARIES mqstate::mqstate)
+else()
+  set(mqstate_LIBRARIES mqstate::mqstate_static)
+endif()
 unset(_mqstate_prefix)
