@@ -69,8 +69,11 @@ ensure_debian_packages() {
 # One name (libmqstate, -lmqstate) and one pkg-config template (packaging/c-sdk/mqstate.pc.in,
 # relocatable) for the build tree (scripts/build-c) and the released SDK (scripts/dist).
 # With "static" as the fifth argument (the musl targets, which have no shared library) the
-# SDK holds libmqstate.a only, and its pkg-config file lists musl's libraries (libc, which
-# holds pthread, dl, m, rt and util there, and nothing else: Rust's libunwind is inside).
+# SDK holds the static library only, and beside it libmqstate_unwind.a: Rust's standard library
+# calls an unwinder (_Unwind_*) that its staticlib does not include, and a musl system may have
+# none (Alpine's gcc has libgcc_eh, zig's has its own, plain musl-gcc none); this is the one
+# Rust links its own musl programs with (LLVM's libunwind, from the toolchain's self-contained
+# directory). pkg-config then lists it and musl's libc (which holds pthread, dl, m, rt and util).
 c_sdk_layout() {
     local build=$1 dest=$2 version=$3 triple=${4:-} kind=${5:-shared}
     rm -rf "$dest"
@@ -79,7 +82,9 @@ c_sdk_layout() {
     cp "$build/libmqstate_ffi.a" "$dest/lib/libmqstate.a"
     local private=()
     if [ "$kind" = static ]; then
-        private=(-e 's|^Libs.private:.*|Libs.private: -lc|')
+        cp "$(rustc --print sysroot)/lib/rustlib/$triple/lib/self-contained/libunwind.a" \
+            "$dest/lib/libmqstate_unwind.a"
+        private=(-e 's|^Libs.private:.*|Libs.private: -lmqstate_unwind -lc|')
     else
         cp "$build/libmqstate_ffi.so" "$dest/lib/libmqstate.so"
         # The SONAME is set at link time (bindings/c/build.rs): a program linked with -lmqstate

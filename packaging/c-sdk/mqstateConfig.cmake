@@ -29,6 +29,11 @@ if(NOT TARGET mqstate::mqstate_static)
     INTERFACE_INCLUDE_DIRECTORIES "${_mqstate_prefix}/include"
     # What `pkg-config --static --libs mqstate` lists as Libs.private.
     INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS};m;rt;util;gcc_s")
+  # A musl SDK: the unwinder shipped beside the library instead of libgcc_s (scripts/lib.sh).
+  if(EXISTS "${_mqstate_prefix}/lib/libmqstate_unwind.a")
+    set_target_properties(mqstate::mqstate_static PROPERTIES
+      INTERFACE_LINK_LIBRARIES "${_mqstate_prefix}/lib/libmqstate_unwind.a;c")
+  endif()
 endif()
 
 set(mqstate_INCLUDE_DIRS "${_mqstate_prefix}/include")
