@@ -19,6 +19,7 @@
  * await client.close();
  * ```
  */
+import './platform';
 import * as native from './binding';
 /** The local state store (embedded MQTT5 broker + store) in this process, for tests. Only in a
  * build with the `testing` cargo feature; see "Testing with a local server" in the README. */

@@ -57,6 +57,8 @@ Object.defineProperty(exports, "__esModule", { value: true });
 exports.DeviceClient = exports.C2dMessage = exports.LocalIotHub = exports.LeaderElection = exports.Lock = exports.LockGuard = exports.Lease = exports.Scan = exports.Observation = exports.EventStream = exports.Client = exports.Hlc = exports.FaultProxy = exports.LocalServer = void 0;
 exports.isMqstateError = isMqstateError;
 exports.benchRustGet = benchRustGet;
+// First: on a platform with no native module, its error names the platform (platform.js).
+require("./platform");
 const native = __importStar(require("./binding"));
 // The test tooling of the native module (`LocalServer`, `LocalIotHub`, `FaultProxy`,
 // `benchRustGet`) exists only in a build with the `testing` cargo feature (the repository's

@@ -20,6 +20,8 @@
  * ```
  */
 
+// First: on a platform with no native module, its error names the platform (platform.js).
+import './platform';
 import * as native from './binding';
 
 // The test tooling of the native module (`LocalServer`, `LocalIotHub`, `FaultProxy`,

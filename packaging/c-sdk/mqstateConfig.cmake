@@ -12,7 +12,8 @@ include(CMakeFindDependencyMacro)
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_dependency(Threads)
 
-if(NOT TARGET mqstate::mqstate)
+# The musl SDKs have no shared library: mqstate::mqstate exists only where libmqstate.so does.
+if(NOT TARGET mqstate::mqstate AND EXISTS "${_mqstate_prefix}/lib/libmqstate.so")
   add_library(mqstate::mqstate SHARED IMPORTED)
   set_target_properties(mqstate::mqstate PROPERTIES
     IMPORTED_LOCATION "${_mqstate_prefix}/lib/libmqstate.so"
@@ -28,8 +29,17 @@ if(NOT TARGET mqstate::mqstate_static)
     INTERFACE_INCLUDE_DIRECTORIES "${_mqstate_prefix}/include"
     # What `pkg-config --static --libs mqstate` lists as Libs.private.
     INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS};m;rt;util;gcc_s")
+  # A musl SDK: the unwinder shipped beside the library instead of libgcc_s (scripts/lib.sh).
+  if(EXISTS "${_mqstate_prefix}/lib/libmqstate_unwind.a")
+    set_target_properties(mqstate::mqstate_static PROPERTIES
+      INTERFACE_LINK_LIBRARIES "${_mqstate_prefix}/lib/libmqstate_unwind.a;c")
+  endif()
 endif()
 
 set(mqstate_INCLUDE_DIRS "${_mqstate_prefix}/include")
-set(mqstate_LIBRARIES mqstate::mqstate)
+if(TARGET mqstate::mqstate)
+  set(mqstate_LIBRARIES mqstate::mqstate)
+else()
+  set(mqstate_LIBRARIES mqstate::mqstate_static)
+endif()
 unset(_mqstate_prefix)
