@@ -117,6 +117,7 @@ pub fn mqtt_connect(data: &[u8]) -> MqttOutcome {
                             &c.client_id,
                             login.map(|l| l.username.as_str()),
                             login.map(|l| l.password.as_str()),
+                            None,
                             c.clean_session,
                         )
                         .map(|connected| {

@@ -35,6 +35,7 @@
 
 pub mod admin;
 pub(crate) mod amqp;
+mod client_cert;
 pub mod config;
 pub(crate) mod domain;
 pub(crate) mod https;
@@ -42,7 +43,7 @@ pub(crate) mod mqtt;
 mod tls;
 
 // The domain's modules whose items the CLI, the bindings' test tooling and the tests name.
-pub use domain::{message, policies, properties, registry, sas, time};
+pub use domain::{message, policies, properties, registry, sas, time, x509};
 
 use std::net::SocketAddr;
 
@@ -105,6 +106,10 @@ impl IotHubServer {
             Some((a, pem)) => (Some(a), pem),
             None => (None, None),
         };
+        let ca_trust = match &config.ca_file {
+            Some(path) => client_cert::CaTrust::from_file(path)?,
+            None => client_cert::CaTrust::none(),
+        };
         let device_listener = mqtt::bind(SocketAddr::new(config.bind, config.device_port)).await?;
         let device_addr = device_listener
             .local_addr()
@@ -130,6 +135,7 @@ impl IotHubServer {
                 hub.clone(),
                 device_listener,
                 acceptor.clone().filter(|_| device_tls),
+                ca_trust.clone(),
                 stop_rx.clone(),
             )),
         ];
@@ -137,6 +143,7 @@ impl IotHubServer {
             tasks.push(tokio::spawn(https::run(
                 listener,
                 tls,
+                ca_trust,
                 https::service::router(hub.clone()),
                 stop_rx.clone(),
             )));

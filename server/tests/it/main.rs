@@ -29,6 +29,7 @@ mod iothub_amqp_device;
 mod iothub_https_device;
 mod iothub_persistence;
 mod iothub_rest;
+mod iothub_x509;
 mod persistence;
 mod reconnect;
 mod reliability;

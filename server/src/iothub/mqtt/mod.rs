@@ -14,6 +14,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::iothub::IotHubError;
+use crate::iothub::client_cert::CaTrust;
+use crate::iothub::domain::x509::ClientCert;
 
 use crate::iothub::domain::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use crate::iothub::domain::properties;
@@ -83,6 +85,7 @@ pub(crate) async fn run(
     hub: IotHub,
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    ca_trust: CaTrust,
     stop: watch::Receiver<bool>,
 ) {
     let mut stop_accepting = stop.clone();
@@ -101,6 +104,7 @@ pub(crate) async fn run(
         let _ = stream.set_nodelay(true);
         let hub = hub.clone();
         let tls = tls.clone();
+        let ca_trust = ca_trust.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let refusals = hub.clone();
@@ -108,7 +112,10 @@ pub(crate) async fn run(
                 Some(acceptor) => {
                     let limit = hub.config().connect_timeout;
                     match crate::iothub::tls::handshake(&acceptor, stream, limit).await {
-                        Ok(tls_stream) => serve(hub, tls_stream, stop).await,
+                        Ok(tls_stream) => {
+                            let cert = ca_trust.read(tls_stream.get_ref().1.peer_certificates());
+                            serve_with_cert(hub, tls_stream, cert, stop).await
+                        }
                         Err(e) => Err(e),
                     }
                 }
@@ -165,9 +172,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
+/// One device connection without a client certificate (plain TCP, or a tunnel that carries
+/// none).
 pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     hub: IotHub,
     stream: S,
+    stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    serve_with_cert(hub, stream, None, stop).await
+}
+
+/// One device connection; `cert` is the TLS client certificate it presented, with which an
+/// X.509 device authenticates instead of a SAS token (docs/iothub.md, "X.509 devices").
+pub(crate) async fn serve_with_cert<S: AsyncRead + AsyncWrite + Unpin>(
+    hub: IotHub,
+    stream: S,
+    cert: Option<ClientCert>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let config = hub.config().clone();
@@ -210,7 +230,8 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let accepted = hub.connect(
         &device_id,
         login.map(|l| l.username.as_str()),
-        login.map(|l| l.password.as_str()),
+        login.map(|l| l.password.as_str()).filter(|p| !p.is_empty()),
+        cert.as_ref(),
         connect.clean_session,
     );
     let mut connected = match accepted {

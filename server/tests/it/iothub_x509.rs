@@ -1,0 +1,364 @@
+//! X.509 devices on the local hub (docs/iothub.md, "X.509 devices"): registered through the
+//! REST registry API as the service SDKs register them (`selfSigned` with a thumbprint,
+//! `certificateAuthority`), then receiving cloud-to-device messages over MQTT and HTTPS with
+//! a TLS client certificate made by rcgen and no SAS token; a wrong certificate, none, or a
+//! CA-signed one whose CN is not the device id, is refused with IoT Hub's error on each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use mqstate_server::iothub::policies::service_token;
+use mqstate_server::iothub::{C2dMessage, DeviceTls, IotHub, IotHubConfig, IotHubServer};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rumqttc::{ConnectReturnCode, Event, MqttOptions, Packet, QoS};
+use serde_json::json;
+
+use crate::common::hub::{API, Https};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A certificate and its key, PEM.
+struct Pem {
+    cert: String,
+    key: String,
+    der: Vec<u8>,
+}
+
+fn leaf_params(cn: &str) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params
+}
+
+fn self_signed(cn: &str) -> Pem {
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf_params(cn).self_signed(&key).unwrap();
+    Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+        der: cert.der().to_vec(),
+    }
+}
+
+/// A CA (its PEM) and a function that signs device certificates with it.
+fn ca(name: &str) -> (String, impl Fn(&str) -> Pem) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params.self_signed(&key).unwrap();
+    let issuer = Arc::new(Issuer::new(params, key));
+    let sign = move |cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = leaf_params(cn).signed_by(&key, &*issuer).unwrap();
+        Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    };
+    (cert.pem(), sign)
+}
+
+fn sha256_hex(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn sha1_hex(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect()
+}
+
+async fn start(ca_file: Option<std::path::PathBuf>) -> (IotHubServer, IotHub) {
+    let config = IotHubConfig {
+        tls: DeviceTls::SelfSigned,
+        admin_port: None,
+        amqp_port: None,
+        ca_file,
+        ..IotHubConfig::default()
+    };
+    let server = IotHubServer::start(config).await.unwrap();
+    let hub = server.hub();
+    (server, hub)
+}
+
+/// `PUT /devices/{id}` with `body`, as the service SDKs send it.
+async fn put_device(hub: &IotHub, id: &str, body: serde_json::Value) -> crate::common::hub::Reply {
+    let owner = hub.policy("iothubowner").unwrap();
+    let token = service_token(
+        &hub.config().hostname,
+        &owner,
+        std::time::SystemTime::now() + Duration::from_secs(600),
+    )
+    .unwrap();
+    Https::new(hub)
+        .call(
+            Method::PUT,
+            &format!("/devices/{id}?{API}"),
+            &[
+                ("Authorization", &token),
+                ("Content-Type", "application/json"),
+            ],
+            body.to_string().as_bytes(),
+        )
+        .await
+}
+
+/// Connects over MQTT with `cert` as the client certificate and no password; returns the
+/// CONNACK's code and, when accepted, the event loop subscribed to C2D.
+async fn mqtt(
+    hub: &IotHub,
+    id: &str,
+    cert: &Pem,
+) -> (ConnectReturnCode, Option<rumqttc::EventLoop>) {
+    let addr = hub.endpoints().device_endpoint.unwrap();
+    let pem = hub.ca_certificate_pem().unwrap();
+    let config = mqstate_testing::tls::client_config_with_cert(&pem, &cert.cert, &cert.key);
+    let mut options = MqttOptions::new(id, "localhost", addr.port());
+    // The SDKs' user name for an X.509 device, and no password.
+    options.set_credentials(hub.device_username(id), "");
+    options.set_transport(rumqttc::Transport::tls_with_config(
+        rumqttc::TlsConfiguration::Rustls(Arc::new(config)),
+    ));
+    let (client, mut events) = rumqttc::AsyncClient::new(options, 10);
+    let code = tokio::time::timeout(WAIT, async {
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(ack))) => return ack.code,
+                Ok(_) => {}
+                Err(rumqttc::ConnectionError::ConnectionRefused(code)) => return code,
+                Err(e) => panic!("MQTT connection of {id} failed: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("a CONNACK");
+    if code != ConnectReturnCode::Success {
+        return (code, None);
+    }
+    client
+        .subscribe(
+            format!("devices/{id}/messages/devicebound/#"),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    // Kept alive by the event loop; the client handle may go.
+    std::mem::forget(client);
+    (code, Some(events))
+}
+
+async fn next_c2d(events: &mut rumqttc::EventLoop) -> Vec<u8> {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            if let Event::Incoming(Packet::Publish(p)) = events.poll().await.unwrap() {
+                return p.payload.to_vec();
+            }
+        }
+    })
+    .await
+    .expect("a C2D message")
+}
+
+/// Receives over HTTPS without an Authorization header, presenting `cert`.
+async fn https_receive(hub: &IotHub, id: &str, cert: &Pem) -> crate::common::hub::Reply {
+    let pem = hub.ca_certificate_pem().unwrap();
+    let config = mqstate_testing::tls::client_config_with_cert(&pem, &cert.cert, &cert.key);
+    Https::with_config(hub, config)
+        .call(
+            Method::GET,
+            &format!("/devices/{id}/messages/devicebound?{API}"),
+            &[],
+            b"",
+        )
+        .await
+}
+
+#[tokio::test]
+async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_and_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_pem, sign) = ca("mqstate test CA");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let (server, hub) = start(Some(ca_file)).await;
+
+    let own = self_signed("x1");
+    let second = self_signed("x1-second");
+    // Python's `create_device_with_x509`: type and both thumbprints (SHA-256 and SHA-1 here).
+    let reply = put_device(
+        &hub,
+        "x1",
+        json!({"deviceId": "x1", "status": "enabled", "authentication": {"type": "selfSigned",
+            "x509Thumbprint": {"primaryThumbprint": sha256_hex(&own.der),
+                "secondaryThumbprint": sha1_hex(&second.der)}}}),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let device = reply.json();
+    assert_eq!(device["authentication"]["type"], "selfSigned");
+    assert_eq!(
+        device["authentication"]["x509Thumbprint"]["primaryThumbprint"],
+        sha256_hex(&own.der).to_ascii_uppercase()
+    );
+    assert!(device["authentication"]["symmetricKey"]["primaryKey"].is_null());
+    // Node's `Registry.create` with only `x509Thumbprint`: self-signed too.
+    let reply = put_device(
+        &hub,
+        "x1b",
+        json!({"deviceId": "x1b", "authentication": {"x509Thumbprint": {"primaryThumbprint": sha1_hex(&own.der)}}}),
+    )
+    .await;
+    assert_eq!(reply.json()["authentication"]["type"], "selfSigned");
+    let reply = put_device(
+        &hub,
+        "x2",
+        json!({"deviceId": "x2", "authentication": {"type": "certificateAuthority"}}),
+    )
+    .await;
+    assert_eq!(
+        reply.json()["authentication"]["type"],
+        "certificateAuthority"
+    );
+    // A thumbprint that is no digest is IoT Hub's 400.
+    let reply = put_device(
+        &hub,
+        "x3",
+        json!({"deviceId": "x3", "authentication": {"type": "selfSigned", "x509Thumbprint": {"primaryThumbprint": "abc"}}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+
+    // MQTT: by the primary thumbprint, by the secondary, and chained to the CA.
+    let signed = sign("x2");
+    for (id, cert) in [("x1", &own), ("x1", &second), ("x2", &signed)] {
+        let (code, events) = mqtt(&hub, id, cert).await;
+        assert_eq!(code, ConnectReturnCode::Success, "{id}");
+        let mut events = events.unwrap();
+        // Let the SUBACK in before sending.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        hub.send(id, C2dMessage::new(format!("to {id}")).message_id("m"))
+            .unwrap();
+        assert_eq!(next_c2d(&mut events).await, format!("to {id}").into_bytes());
+        drop(events);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // HTTPS: no Authorization header, the certificate is the credential.
+    hub.send("x1", C2dMessage::new("over https").message_id("h1"))
+        .unwrap();
+    let reply = https_receive(&hub, "x1", &own).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(&reply.body[..], b"over https");
+    hub.send("x2", C2dMessage::new("ca over https").message_id("h2"))
+        .unwrap();
+    let reply = https_receive(&hub, "x2", &signed).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(&reply.body[..], b"ca over https");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_and_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_pem, sign) = ca("mqstate test CA");
+    let (_, other_ca_sign) = ca("another CA");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let (server, hub) = start(Some(ca_file)).await;
+    let own = self_signed("x1");
+    put_device(
+        &hub,
+        "x1",
+        json!({"authentication": {"type": "selfSigned", "x509Thumbprint": {"primaryThumbprint": sha256_hex(&own.der)}}}),
+    )
+    .await;
+    put_device(
+        &hub,
+        "x2",
+        json!({"authentication": {"type": "certificateAuthority"}}),
+    )
+    .await;
+
+    let cases = [
+        ("x1", self_signed("x1"), "another self-signed certificate"),
+        (
+            "x2",
+            sign("x3"),
+            "a CA-signed certificate for another device id",
+        ),
+        (
+            "x2",
+            other_ca_sign("x2"),
+            "a certificate of a CA the hub does not trust",
+        ),
+        (
+            "x2",
+            self_signed("x2"),
+            "a self-signed certificate for a CA device",
+        ),
+    ];
+    for (id, cert, what) in &cases {
+        let (code, _) = mqtt(&hub, id, cert).await;
+        assert_eq!(code, ConnectReturnCode::NotAuthorized, "MQTT, {what}");
+        let reply = https_receive(&hub, id, cert).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "HTTPS, {what}");
+        assert_eq!(reply.error_code(), "IotHubUnauthorizedAccess", "{what}");
+    }
+    // No certificate and no token: refused too.
+    let reply = Https::new(&hub)
+        .call(
+            Method::GET,
+            &format!("/devices/x1/messages/devicebound?{API}"),
+            &[],
+            b"",
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    // The device's own SAS keys do not authenticate an X.509 device.
+    assert!(
+        hub.device_token("x1", Duration::from_secs(60)).is_err() || {
+            let token = hub.device_token("x1", Duration::from_secs(60)).unwrap();
+            let reply = Https::new(&hub)
+                .call(
+                    Method::GET,
+                    &format!("/devices/x1/messages/devicebound?{API}"),
+                    &[("Authorization", &token)],
+                    b"",
+                )
+                .await;
+            reply.status == StatusCode::UNAUTHORIZED
+        }
+    );
+    server.shutdown().await;
+}
