@@ -143,7 +143,7 @@ impl IotHubServer {
             tasks.push(tokio::spawn(https::run(
                 listener,
                 tls,
-                ca_trust,
+                ca_trust.clone(),
                 https::service::router(hub.clone()),
                 stop_rx.clone(),
             )));
@@ -153,6 +153,7 @@ impl IotHubServer {
                 hub.clone(),
                 listener,
                 tls,
+                ca_trust.clone(),
                 stop_rx.clone(),
             )));
         }

@@ -1,6 +1,6 @@
 //! X.509 devices on the local hub (docs/iothub.md, "X.509 devices"): registered through the
 //! REST registry API as the service SDKs register them (`selfSigned` with a thumbprint,
-//! `certificateAuthority`), then receiving cloud-to-device messages over MQTT and HTTPS with
+//! `certificateAuthority`), then receiving cloud-to-device messages over MQTT, AMQP and HTTPS with
 //! a TLS client certificate made by rcgen and no SAS token; a wrong certificate, none, or a
 //! CA-signed one whose CN is not the device id, is refused with IoT Hub's error on each.
 
@@ -89,7 +89,6 @@ async fn start(ca_file: Option<std::path::PathBuf>) -> (IotHubServer, IotHub) {
     let config = IotHubConfig {
         tls: DeviceTls::SelfSigned,
         admin_port: None,
-        amqp_port: None,
         ca_file,
         ..IotHubConfig::default()
     };
@@ -176,6 +175,57 @@ async fn next_c2d(events: &mut rumqttc::EventLoop) -> Vec<u8> {
     .expect("a C2D message")
 }
 
+/// An AMQP receiver link on the device's C2D address, over a connection that presents
+/// `cert` and neither SASL nor a put-token (as the Node SDK's AMQP transport does for X.509).
+async fn amqp_receiver(
+    hub: &IotHub,
+    id: &str,
+    cert: &Pem,
+) -> (
+    fe2o3_amqp::connection::ConnectionHandle<()>,
+    fe2o3_amqp::session::SessionHandle<()>,
+    fe2o3_amqp::Receiver,
+) {
+    let addr = hub.endpoints().amqp_endpoint.unwrap();
+    let pem = hub.ca_certificate_pem().unwrap();
+    let config = mqstate_testing::tls::client_config_with_cert(&pem, &cert.cert, &cert.key);
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(mqstate_testing::tls::localhost(), tcp)
+        .await
+        .unwrap();
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id(format!("x509-{id}"))
+        .hostname("localhost")
+        .open_with_stream(tls)
+        .await
+        .unwrap();
+    let mut session = fe2o3_amqp::Session::begin(&mut connection).await.unwrap();
+    let receiver = fe2o3_amqp::Receiver::attach(
+        &mut session,
+        format!("c2d-{id}"),
+        format!("amqps://localhost/devices/{id}/messages/devicebound"),
+    )
+    .await
+    .unwrap();
+    (connection, session, receiver)
+}
+
+/// The next message on `link`, or the error it was detached with.
+async fn amqp_next(link: &mut fe2o3_amqp::Receiver) -> Result<Vec<u8>, String> {
+    use fe2o3_amqp::types::messaging::Body;
+    use fe2o3_amqp::types::primitives::Value;
+    let delivery = tokio::time::timeout(WAIT, link.recv::<Body<Value>>())
+        .await
+        .expect("a message or a detach")
+        .map_err(|e| format!("{e:?}"))?;
+    link.accept(&delivery).await.unwrap();
+    match delivery.body() {
+        Body::Data(batch) => Ok(batch.iter().flat_map(|d| d.0.to_vec()).collect()),
+        other => panic!("not a data body: {other:?}"),
+    }
+}
+
 /// Receives over HTTPS without an Authorization header, presenting `cert`.
 async fn https_receive(hub: &IotHub, id: &str, cert: &Pem) -> crate::common::hub::Reply {
     let pem = hub.ca_certificate_pem().unwrap();
@@ -191,7 +241,7 @@ async fn https_receive(hub: &IotHub, id: &str, cert: &Pem) -> crate::common::hub
 }
 
 #[tokio::test]
-async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_and_https() {
+async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_amqp_and_https() {
     let dir = tempfile::tempdir().unwrap();
     let (ca_pem, sign) = ca("mqstate test CA");
     let ca_file = dir.path().join("ca.pem");
@@ -264,6 +314,18 @@ async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_and
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // AMQP: no SASL, no put-token; the certificate authorizes the device's links.
+    for (id, cert) in [("x1", &own), ("x2", &signed)] {
+        let (connection, session, mut link) = amqp_receiver(&hub, id, cert).await;
+        hub.send(id, C2dMessage::new(format!("amqp to {id}")).message_id("a"))
+            .unwrap();
+        assert_eq!(
+            amqp_next(&mut link).await.unwrap(),
+            format!("amqp to {id}").into_bytes()
+        );
+        drop((link, session, connection));
+    }
+
     // HTTPS: no Authorization header, the certificate is the credential.
     hub.send("x1", C2dMessage::new("over https").message_id("h1"))
         .unwrap();
@@ -289,7 +351,7 @@ async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_and
 }
 
 #[tokio::test]
-async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_and_https() {
+async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_amqp_and_https() {
     let dir = tempfile::tempdir().unwrap();
     let (ca_pem, sign) = ca("mqstate test CA");
     let (_, other_ca_sign) = ca("another CA");
@@ -331,6 +393,9 @@ async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_and_https() {
     for (id, cert, what) in &cases {
         let (code, _) = mqtt(&hub, id, cert).await;
         assert_eq!(code, ConnectReturnCode::NotAuthorized, "MQTT, {what}");
+        let (_connection, _session, mut link) = amqp_receiver(&hub, id, cert).await;
+        let e = amqp_next(&mut link).await.unwrap_err();
+        assert!(e.contains("UnauthorizedAccess"), "AMQP, {what}: {e}");
         let reply = https_receive(&hub, id, cert).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "HTTPS, {what}");
         assert_eq!(reply.error_code(), "IotHubUnauthorizedAccess", "{what}");

@@ -67,6 +67,8 @@ use crate::untrusted::cut;
 use cbs::Cbs;
 
 // How long a client has for the TLS handshake, then for its AMQP header, then for its open.
+use crate::iothub::client_cert::CaTrust;
+use crate::iothub::domain::x509::ClientCert;
 use crate::iothub::tls::HANDSHAKE_TIMEOUT;
 
 /// Our idle timeout: the SDKs then send heartbeats (uamqp every 120 s anyway), and a silent
@@ -140,6 +142,7 @@ pub(crate) async fn run(
     hub: IotHub,
     listener: TcpListener,
     tls: TlsAcceptor,
+    ca_trust: CaTrust,
     mut stop: watch::Receiver<bool>,
 ) {
     if *stop.borrow() {
@@ -154,9 +157,10 @@ pub(crate) async fn run(
                     let _ = tcp.set_nodelay(true);
                     let hub = hub.clone();
                     let tls = tls.clone();
+                    let ca_trust = ca_trust.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        connection(hub, tcp, peer, tls, stop).await;
+                        connection(hub, tcp, peer, (tls, ca_trust), stop).await;
                     });
                 }
                 Err(e) => {
@@ -214,13 +218,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Replayed<S> {
     }
 }
 
-/// TLS, then the AMQP connection with or without SASL, depending on the client's header.
+/// TLS, then the AMQP connection with or without SASL, depending on the client's header;
+/// with the TLS client certificate the peer presented (an X.509 device's credential).
 async fn open(
     hub: &IotHub,
     tcp: TcpStream,
-    tls: TlsAcceptor,
-) -> Result<ListenerConnectionHandle, String> {
+    (tls, ca_trust): (TlsAcceptor, CaTrust),
+) -> Result<(ListenerConnectionHandle, Option<ClientCert>), String> {
     let mut stream = crate::iothub::tls::handshake(&tls, tcp, HANDSHAKE_TIMEOUT).await?;
+    let cert = ca_trust.read(stream.get_ref().1.peer_certificates());
     let mut head = [0u8; 8];
     tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut head))
         .await
@@ -255,9 +261,10 @@ async fn open(
             return Err(format!("unsupported protocol header {head:?}"));
         }
     };
-    opened
+    let handle = opened
         .map_err(|_| "AMQP open timed out".to_owned())?
-        .map_err(|e| format!("AMQP open: {e}"))
+        .map_err(|e| format!("AMQP open: {e}"))?;
+    Ok((handle, cert))
 }
 
 /// One client connection: its sessions, until it closes, the hub stops, or it goes past a
@@ -266,14 +273,14 @@ async fn connection(
     hub: IotHub,
     tcp: TcpStream,
     peer: SocketAddr,
-    tls: TlsAcceptor,
+    tls: (TlsAcceptor, CaTrust),
     mut stop: watch::Receiver<bool>,
 ) {
     let limits = hub.config().amqp_limits.clone();
     // TLS, SASL and the first accepted put-token all count against one deadline.
     let deadline = tokio::time::Instant::now() + limits.auth_timeout;
     let opened = tokio::time::timeout_at(deadline, open(&hub, tcp, tls)).await;
-    let mut connection = match opened {
+    let (mut connection, client_cert) = match opened {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "iothub amqp: connection refused");
@@ -286,6 +293,9 @@ async fn connection(
     };
     tracing::debug!(%peer, "iothub amqp: connection opened");
     let cbs = Cbs::new(hub.clone(), peer);
+    // An X.509 device opens its links with no put-token (the Node SDK skips CBS and SASL):
+    // its certificate authorizes them (docs/iothub.md, "X.509 devices").
+    cbs.set_client_cert(client_cert);
     let mut authenticated = cbs.authenticated();
     let devices = device::Devices::new(hub.clone());
     let sessions = SessionAcceptor::new();
