@@ -385,8 +385,12 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
         IotHubCommand::Device(DeviceCommand::List) => {
             for d in admin.devices().await.map_err(e)? {
                 println!(
-                    "{}\t{}\tqueue={}\tgeneration={}",
-                    d.device_id, d.connection_state, d.queue_depth, d.generation_id
+                    "{}\t{}\tqueue={}\tgeneration={}\tauth={}",
+                    d.device_id,
+                    d.connection_state,
+                    d.queue_depth,
+                    d.generation_id,
+                    d.authentication
                 );
             }
             Ok(())

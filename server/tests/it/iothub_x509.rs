@@ -299,6 +299,21 @@ async fn iothub_x509_self_signed_and_ca_signed_devices_receive_c2d_over_mqtt_amq
     .await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
 
+    // The admin API's device list says how each authenticates.
+    let kinds: Vec<(String, String)> = hub
+        .devices()
+        .into_iter()
+        .map(|d| (d.device_id, d.authentication))
+        .collect();
+    assert!(
+        kinds.contains(&("x1".into(), "selfSigned".into())),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&("x2".into(), "certificateAuthority".into())),
+        "{kinds:?}"
+    );
+
     // MQTT: by the primary thumbprint, by the secondary, and chained to the CA.
     let signed = sign("x2");
     for (id, cert) in [("x1", &own), ("x1", &second), ("x2", &signed)] {
@@ -425,5 +440,42 @@ async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_amqp_and_https() {
             reply.status == StatusCode::UNAUTHORIZED
         }
     );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn iothub_x509_devices_are_kept_in_the_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || IotHubConfig {
+        admin_port: None,
+        amqp_port: None,
+        data_dir: Some(dir.path().to_owned()),
+        ..IotHubConfig::default()
+    };
+    let own = self_signed("x1");
+    let server = IotHubServer::start(config()).await.unwrap();
+    let hub = server.hub();
+    let reply = put_device(
+        &hub,
+        "x1",
+        json!({"authentication": {"type": "selfSigned", "x509Thumbprint": {"primaryThumbprint": sha256_hex(&own.der)}}}),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    put_device(
+        &hub,
+        "x2",
+        json!({"authentication": {"type": "certificateAuthority"}}),
+    )
+    .await;
+    let before = (hub.device("x1").unwrap(), hub.device("x2").unwrap());
+    server.shutdown().await;
+    let server = IotHubServer::start(config()).await.unwrap();
+    let hub = server.hub();
+    assert_eq!(
+        (hub.device("x1").unwrap(), hub.device("x2").unwrap()),
+        before
+    );
+    assert_eq!(before.0.authentication.type_name(), "selfSigned");
     server.shutdown().await;
 }

@@ -177,6 +177,14 @@ pub struct DeviceInfo {
     pub connection_state: String,
     /// Messages in its queue.
     pub queue_depth: usize,
+    /// How it authenticates: IoT Hub's `authentication.type` (`sas`, `selfSigned`,
+    /// `certificateAuthority`); `sas` when an older server does not say.
+    #[serde(default = "sas_type")]
+    pub authentication: String,
+}
+
+fn sas_type() -> String {
+    "sas".to_owned()
 }
 
 /// The hub's description (`GET /hub`).
