@@ -182,3 +182,39 @@ impl CaTrust {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_ca_file_that_is_missing_or_holds_no_certificate_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let e = CaTrust::from_file(&missing).unwrap_err().to_string();
+        assert!(e.contains("missing.pem"), "{e}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no PEM here\n").unwrap();
+        let e = CaTrust::from_file(&empty).unwrap_err().to_string();
+        assert!(e.contains("no certificate in the file"), "{e}");
+    }
+
+    #[test]
+    fn a_presented_certificate_reads_as_its_digests_cn_and_validity() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "dev1");
+        let cert = params.self_signed(&key).unwrap();
+        let chain = [cert.der().clone()];
+        let read = CaTrust::none().read(Some(&chain)).unwrap();
+        assert_eq!((read.sha1.len(), read.sha256.len()), (40, 64));
+        assert_eq!(read.common_name.as_deref(), Some("dev1"));
+        assert_eq!(read.valid_now, Ok(()));
+        assert!(read.chains_to_ca.unwrap_err().contains("--iothub-ca-file"));
+        assert_eq!(CaTrust::none().read(None), None);
+        assert_eq!(CaTrust::none().read(Some(&[])), None);
+    }
+}
