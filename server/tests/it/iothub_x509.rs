@@ -45,6 +45,20 @@ fn self_signed(cn: &str) -> Pem {
     }
 }
 
+/// A self-signed certificate for `cn` that expired in 2021.
+fn expired_self_signed(cn: &str) -> Pem {
+    let key = KeyPair::generate().unwrap();
+    let mut params = leaf_params(cn);
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.self_signed(&key).unwrap();
+    Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+        der: cert.der().to_vec(),
+    }
+}
+
 /// A CA (its PEM) and a function that signs device certificates with it.
 fn ca(name: &str) -> (String, impl Fn(&str) -> Pem) {
     let key = KeyPair::generate().unwrap();
@@ -374,10 +388,13 @@ async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_amqp_and_https() {
     std::fs::write(&ca_file, &ca_pem).unwrap();
     let (server, hub) = start(Some(ca_file)).await;
     let own = self_signed("x1");
+    let expired = expired_self_signed("x1");
+    // The expired certificate's thumbprint is registered: only its dates refuse it.
     put_device(
         &hub,
         "x1",
-        json!({"authentication": {"type": "selfSigned", "x509Thumbprint": {"primaryThumbprint": sha256_hex(&own.der)}}}),
+        json!({"authentication": {"type": "selfSigned", "x509Thumbprint": {
+            "primaryThumbprint": sha256_hex(&own.der), "secondaryThumbprint": sha256_hex(&expired.der)}}}),
     )
     .await;
     put_device(
@@ -389,6 +406,11 @@ async fn iothub_x509_wrong_certificates_are_refused_on_mqtt_amqp_and_https() {
 
     let cases = [
         ("x1", self_signed("x1"), "another self-signed certificate"),
+        (
+            "x1",
+            expired,
+            "an expired certificate with a registered thumbprint",
+        ),
         (
             "x2",
             sign("x3"),
