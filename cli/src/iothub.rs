@@ -48,6 +48,11 @@ pub struct ServeHubArgs {
     /// --data-dir, or generated at start without one.
     #[arg(long, value_name = "FILE")]
     pub iothub_policies_file: Option<PathBuf>,
+    /// CA certificates (PEM) that the certificates of `certificateAuthority` X.509 devices
+    /// must chain to (docs/iothub.md, "X.509 devices"); without it such devices cannot
+    /// connect.
+    #[arg(long, value_name = "FILE")]
+    pub iothub_ca_file: Option<PathBuf>,
     /// TLS on the device endpoint with a self-signed certificate generated at start.
     #[arg(long, conflicts_with_all = ["iothub_tls_cert", "iothub_tls_key"])]
     pub iothub_tls: bool,
@@ -135,6 +140,7 @@ impl ServeHubArgs {
             https_port: Some(self.iothub_https_port),
             amqp_port: Some(self.iothub_amqp_port),
             policies_file: self.iothub_policies_file.clone(),
+            ca_file: self.iothub_ca_file.clone(),
             tls,
             devices: self.iothub_devices.clone(),
             device_files: self.iothub_device_files.clone(),
@@ -379,8 +385,12 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
         IotHubCommand::Device(DeviceCommand::List) => {
             for d in admin.devices().await.map_err(e)? {
                 println!(
-                    "{}\t{}\tqueue={}\tgeneration={}",
-                    d.device_id, d.connection_state, d.queue_depth, d.generation_id
+                    "{}\t{}\tqueue={}\tgeneration={}\tauth={}",
+                    d.device_id,
+                    d.connection_state,
+                    d.queue_depth,
+                    d.generation_id,
+                    d.authentication
                 );
             }
             Ok(())

@@ -54,3 +54,33 @@ pub fn localhost() -> ServerName<'static> {
             .unwrap_or_else(|_| unreachable!("localhost is a DNS name")),
     )
 }
+
+/// A client config that trusts the certificates of `pem` and presents `cert_pem` (a chain,
+/// leaf first) with its `key_pem` as the TLS client certificate: an X.509 device.
+///
+/// # Panics
+/// When a PEM text holds no valid certificate or key: a test setup error.
+pub fn client_config_with_cert(pem: &str, cert_pem: &str, key_pem: &str) -> rustls::ClientConfig {
+    use rustls::pki_types::PrivateKeyDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        #[allow(clippy::expect_used)]
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a certificate rustls accepts");
+    }
+    #[allow(clippy::expect_used)]
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("PEM client certificates");
+    #[allow(clippy::expect_used)]
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("a PEM private key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    #[allow(clippy::expect_used)]
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS 1.2 and 1.3 with ring")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("a client certificate and key rustls accepts")
+}

@@ -117,6 +117,7 @@ pub fn mqtt_connect(data: &[u8]) -> MqttOutcome {
                             &c.client_id,
                             login.map(|l| l.username.as_str()),
                             login.map(|l| l.password.as_str()),
+                            None,
                             c.clean_session,
                         )
                         .map(|connected| {
@@ -155,7 +156,7 @@ pub fn mqtt_connect(data: &[u8]) -> MqttOutcome {
             let _ = from_hub.read_to_end(&mut written).await;
             written
         };
-        let serve = crate::iothub::mqtt::serve(hub.clone(), server, stop_rx);
+        let serve = crate::iothub::mqtt::serve(hub.clone(), server, None, stop_rx);
         // Everything is in the pipe at once: an endpoint still busy after this long hangs.
         tokio::time::timeout(Duration::from_secs(10), async {
             tokio::join!(write, read, serve)

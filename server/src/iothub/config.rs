@@ -80,6 +80,9 @@ pub struct IotHubConfig {
     /// TLS: with the files given here, else with a certificate generated at start (the same
     /// one as the device endpoint's with [`DeviceTls::SelfSigned`]).
     pub tls: DeviceTls,
+    /// PEM file of the CA certificates that `certificateAuthority` devices' certificates
+    /// must chain to (`--iothub-ca-file`); `None`: such devices cannot connect.
+    pub ca_file: Option<PathBuf>,
     /// The shared access policies, from this JSON file (see [`crate::iothub::policies`]);
     /// `None`: kept in the data dir, or generated at start without one.
     pub policies_file: Option<PathBuf>,
@@ -139,6 +142,7 @@ impl Default for IotHubConfig {
             https_port: Some(0),
             amqp_port: Some(0),
             tls: DeviceTls::None,
+            ca_file: None,
             policies_file: None,
             devices: Vec::new(),
             device_files: Vec::new(),

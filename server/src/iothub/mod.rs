@@ -37,6 +37,7 @@
 
 pub mod admin;
 pub(crate) mod amqp;
+mod client_cert;
 pub mod config;
 pub(crate) mod domain;
 pub(crate) mod https;
@@ -45,7 +46,7 @@ mod tls;
 pub(crate) mod websocket;
 
 // The domain's modules whose items the CLI, the bindings' test tooling and the tests name.
-pub use domain::{message, policies, properties, registry, sas, time};
+pub use domain::{message, policies, properties, registry, sas, time, x509};
 
 use std::net::SocketAddr;
 
@@ -108,6 +109,10 @@ impl IotHubServer {
             Some((a, pem)) => (Some(a), pem),
             None => (None, None),
         };
+        let ca_trust = match &config.ca_file {
+            Some(path) => client_cert::CaTrust::from_file(path)?,
+            None => client_cert::CaTrust::none(),
+        };
         let device_listener = mqtt::bind(SocketAddr::new(config.bind, config.device_port)).await?;
         let device_addr = device_listener
             .local_addr()
@@ -133,6 +138,7 @@ impl IotHubServer {
                 hub.clone(),
                 device_listener,
                 acceptor.clone().filter(|_| device_tls),
+                ca_trust.clone(),
                 stop_rx.clone(),
             )),
         ];
@@ -140,6 +146,7 @@ impl IotHubServer {
             tasks.push(tokio::spawn(https::run(
                 listener,
                 tls,
+                ca_trust.clone(),
                 // MQTT and AMQP over WebSockets share the port, as on IoT Hub.
                 https::service::router(hub.clone())
                     .merge(websocket::router(hub.clone(), stop_rx.clone())),
@@ -151,6 +158,7 @@ impl IotHubServer {
                 hub.clone(),
                 listener,
                 tls,
+                ca_trust.clone(),
                 stop_rx.clone(),
             )));
         }

@@ -1,7 +1,8 @@
 //! TLS for the hub's endpoints: a certificate and key from PEM files, or a self-signed pair
 //! generated at start (rcgen) for local use. The device endpoint uses it when configured
 //! with TLS; the HTTPS and AMQP service endpoints always do (IoT Hub's SDKs only speak TLS
-//! there), so without device TLS a certificate is generated for them.
+//! there), so without device TLS a certificate is generated for them. Every endpoint asks
+//! for a client certificate (X.509 devices, docs/iothub.md) without requiring one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::client_cert::OptionalClientCert;
 use super::config::DeviceTls;
 use super::domain::error::IotHubError;
 
@@ -52,9 +54,15 @@ pub(crate) fn acceptor(
         }
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // Every endpoint asks for a client certificate and none requires one: X.509 devices
+    // authenticate with it, SAS devices and back ends send none (client_cert.rs).
+    let verifier = OptionalClientCert::new(&provider);
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+        .and_then(|b| {
+            b.with_client_cert_verifier(verifier)
+                .with_single_cert(certs, key)
+        })
         .map_err(|e| IotHubError::io("TLS configuration", e))?;
     Ok(Some((TlsAcceptor::from(Arc::new(config)), pem)))
 }

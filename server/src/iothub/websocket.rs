@@ -141,10 +141,10 @@ async fn serve(ws: Ws, socket: WebSocket, peer: SocketAddr, inside: Inside) {
     tracing::debug!(%peer, ?inside, "iothub: WebSocket opened");
     let stream = byte_stream(socket);
     match inside {
-        Inside::Mqtt => crate::iothub::mqtt::connection(ws.hub, stream, peer, ws.stop).await,
+        Inside::Mqtt => crate::iothub::mqtt::connection(ws.hub, stream, None, peer, ws.stop).await,
         Inside::Amqp => {
             let deadline = tokio::time::Instant::now() + ws.hub.config().amqp_limits.auth_timeout;
-            crate::iothub::amqp::serve(ws.hub, stream, peer, deadline, ws.stop).await;
+            crate::iothub::amqp::serve(ws.hub, stream, None, peer, deadline, ws.stop).await;
         }
     }
 }

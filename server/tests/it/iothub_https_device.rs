@@ -417,6 +417,7 @@ async fn device_tokens_are_checked() {
         status: mqstate_server::iothub::registry::DeviceStatus::Disabled,
         status_reason: None,
         iot_edge: false,
+        authentication: None,
     };
     hub.update_device("d1", &update, None).unwrap();
     refused(&https.receive("d1", &token(&hub, "d1")).await, "disabled");

@@ -30,6 +30,7 @@ mod iothub_https_device;
 mod iothub_persistence;
 mod iothub_rest;
 mod iothub_websocket;
+mod iothub_x509;
 mod keynotify;
 mod persistence;
 mod reconnect;

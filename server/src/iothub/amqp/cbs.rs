@@ -23,6 +23,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use crate::iothub::domain::x509::ClientCert;
+
 use fe2o3_amqp::acceptor::SaslAcceptor;
 use fe2o3_amqp::acceptor::sasl_acceptor::SaslServerFrame;
 use fe2o3_amqp::link::{Receiver, Sender};
@@ -105,6 +107,8 @@ pub(super) struct Cbs {
     authenticated: watch::Sender<bool>,
     /// Who is connected, for the log.
     peer: SocketAddr,
+    /// The TLS client certificate of the connection: an X.509 device's links need no token.
+    client_cert: std::sync::OnceLock<ClientCert>,
 }
 
 /// The replies queue is full: nobody reads them, so the request link is closed.
@@ -133,7 +137,15 @@ impl Cbs {
             replies: Mutex::new(Replies { tx, rx: Some(rx) }),
             authenticated: watch::Sender::new(false),
             peer,
+            client_cert: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The connection's TLS client certificate, if it presented one.
+    pub(super) fn set_client_cert(&self, cert: Option<ClientCert>) {
+        if let Some(cert) = cert {
+            let _ = self.client_cert.set(cert);
+        }
     }
 
     /// Turns true once a put-token is accepted on this connection.
@@ -178,6 +190,15 @@ impl Cbs {
             .and_then(|w| *w.borrow())
             .is_some_and(|at| at > now);
         if valid {
+            Ok(())
+        } else if let Some(cert) = self.client_cert.get() {
+            // The refusal says why the certificate is not the device's.
+            self.hub.authenticate_device_cert(cert, device_id)?;
+            // The certificate is the device's for as long as the connection lasts (its own
+            // end was checked when it connected): a grant that does not expire meanwhile.
+            let lasting = now + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+            self.add_device_grant(device_id.to_owned(), lasting);
+            self.authenticated.send_replace(true);
             Ok(())
         } else {
             Err(IotHubError::Unauthorized(format!(

@@ -68,6 +68,8 @@ use crate::untrusted::cut;
 use cbs::Cbs;
 
 // How long a client has for the TLS handshake, then for its AMQP header, then for its open.
+use crate::iothub::client_cert::CaTrust;
+use crate::iothub::domain::x509::ClientCert;
 use crate::iothub::tls::HANDSHAKE_TIMEOUT;
 
 /// Our idle timeout: the SDKs then send heartbeats (uamqp every 120 s anyway), and a silent
@@ -141,6 +143,7 @@ pub(crate) async fn run(
     hub: IotHub,
     listener: TcpListener,
     tls: TlsAcceptor,
+    ca_trust: CaTrust,
     mut stop: watch::Receiver<bool>,
 ) {
     if *stop.borrow() {
@@ -155,9 +158,10 @@ pub(crate) async fn run(
                     let _ = tcp.set_nodelay(true);
                     let hub = hub.clone();
                     let tls = tls.clone();
+                    let ca_trust = ca_trust.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        connection(hub, tcp, peer, tls, stop).await;
+                        connection(hub, tcp, peer, (tls, ca_trust), stop).await;
                     });
                 }
                 Err(e) => {
@@ -265,7 +269,7 @@ async fn connection(
     hub: IotHub,
     tcp: TcpStream,
     peer: SocketAddr,
-    tls: TlsAcceptor,
+    (tls, ca_trust): (TlsAcceptor, CaTrust),
     stop: watch::Receiver<bool>,
 ) {
     // TLS, SASL and the first accepted put-token all count against one deadline.
@@ -276,7 +280,10 @@ async fn connection(
     )
     .await;
     match stream {
-        Ok(Ok(stream)) => serve(hub, stream, peer, deadline, stop).await,
+        Ok(Ok(stream)) => {
+            let cert = ca_trust.read(stream.get_ref().1.peer_certificates());
+            serve(hub, stream, cert, peer, deadline, stop).await
+        }
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "iothub amqp: connection refused"),
         Err(_) => tracing::debug!(%peer, "iothub amqp: TLS not done in time"),
     }
@@ -285,10 +292,12 @@ async fn connection(
 /// One client connection over `stream` (a TLS stream, or the byte stream of a WebSocket on
 /// the HTTPS port: `crate::iothub::websocket`): its sessions, until it closes, the hub stops,
 /// or it goes past a limit ([`crate::iothub::AmqpLimits`]). The header, SASL and the first
-/// accepted put-token must all be done by `deadline`.
+/// accepted put-token must all be done by `deadline`. `cert` is the TLS client certificate the
+/// peer presented (an X.509 device's credential: docs/iothub.md, "X.509 devices").
 pub(crate) async fn serve<S>(
     hub: IotHub,
     stream: S,
+    cert: Option<ClientCert>,
     peer: SocketAddr,
     deadline: tokio::time::Instant,
     mut stop: watch::Receiver<bool>,
@@ -297,6 +306,7 @@ pub(crate) async fn serve<S>(
 {
     let limits = hub.config().amqp_limits.clone();
     let opened = tokio::time::timeout_at(deadline, open(&hub, stream)).await;
+    let client_cert = cert;
     let mut connection = match opened {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -310,6 +320,9 @@ pub(crate) async fn serve<S>(
     };
     tracing::debug!(%peer, "iothub amqp: connection opened");
     let cbs = Cbs::new(hub.clone(), peer);
+    // An X.509 device opens its links with no put-token (the Node SDK skips CBS and SASL):
+    // its certificate authorizes them (docs/iothub.md, "X.509 devices").
+    cbs.set_client_cert(client_cert);
     let mut authenticated = cbs.authenticated();
     let devices = device::Devices::new(hub.clone());
     let sessions = SessionAcceptor::new();

@@ -16,3 +16,4 @@ pub mod registry;
 pub mod sas;
 pub(crate) mod system_properties;
 pub mod time;
+pub mod x509;

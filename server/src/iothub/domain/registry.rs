@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::IotHubError;
 use super::sas;
+use super::x509::Authentication;
 
 /// A device to register: its id and, optionally, its primary key (base64; generated if absent).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +116,10 @@ pub struct Device {
     /// Whether it is an IoT Edge device (`capabilities.iotEdge`): kept and reported only.
     #[serde(default)]
     pub iot_edge: bool,
+    /// SAS keys (the default) or an X.509 certificate; the keys are kept either way (unused
+    /// by an X.509 device), so that the stored form of SAS devices does not change.
+    #[serde(default, skip_serializing_if = "Authentication::is_sas")]
+    pub authentication: Authentication,
 }
 
 /// A device as stored, with defaults for what earlier versions did not store: records written
@@ -137,6 +142,8 @@ struct DeviceRecord {
     status_updated_time: Option<String>,
     #[serde(default)]
     iot_edge: bool,
+    #[serde(default)]
+    authentication: Authentication,
 }
 
 impl From<DeviceRecord> for Device {
@@ -155,6 +162,7 @@ impl From<DeviceRecord> for Device {
             status_reason: r.status_reason,
             status_updated_time: r.status_updated_time,
             iot_edge: r.iot_edge,
+            authentication: r.authentication,
         }
     }
 }
@@ -174,6 +182,9 @@ pub struct DeviceUpdate {
     pub status_reason: Option<String>,
     /// `capabilities.iotEdge`.
     pub iot_edge: bool,
+    /// `authentication.type` and thumbprints; `None` keeps the current one on update (SAS at
+    /// creation).
+    pub authentication: Option<Authentication>,
 }
 
 /// A device with what the hub knows of it at run time: what IoT Hub's REST API reports.
@@ -271,6 +282,7 @@ impl Device {
             status_reason: None,
             status_updated_time: None,
             iot_edge: false,
+            authentication: Authentication::Sas,
         })
     }
 
@@ -285,6 +297,7 @@ impl Device {
         device.status = update.status;
         device.status_reason = update.status_reason.clone();
         device.iot_edge = update.iot_edge;
+        device.authentication = update.authentication.clone().unwrap_or_default();
         Ok(device)
     }
 
@@ -309,6 +322,9 @@ impl Device {
         }
         device.status_reason = update.status_reason.clone();
         device.iot_edge = update.iot_edge;
+        if let Some(auth) = &update.authentication {
+            device.authentication = auth.clone();
+        }
         device.etag = new_etag();
         Ok(device)
     }

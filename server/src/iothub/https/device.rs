@@ -24,6 +24,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::iothub::domain::x509::ClientCert;
 use crate::untrusted::cut;
 
 use axum::Router;
@@ -92,7 +93,20 @@ pub(super) fn routes() -> Router<IotHub> {
 /// device's key, or a policy with DeviceConnect; the device registered and enabled). Every
 /// refusal is 401 (IoT Hub's `IotHubUnauthorizedAccess`), with the reason in the body's
 /// `ExceptionMessage`.
-fn authorize_device(hub: &IotHub, headers: &HeaderMap, id: &str) -> RestResult<()> {
+fn authorize_device(
+    hub: &IotHub,
+    headers: &HeaderMap,
+    cert: Option<&ClientCert>,
+    id: &str,
+) -> RestResult<()> {
+    if headers.get(header::AUTHORIZATION).is_none()
+        && let Some(cert) = cert
+    {
+        // An X.509 device sends no Authorization header; its TLS client certificate is
+        // its credential (docs/iothub.md, "X.509 devices").
+        hub.authenticate_device_cert(cert, id)?;
+        return Ok(());
+    }
     let token = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| {
@@ -123,7 +137,12 @@ impl FromRequestParts<IotHub> for DeviceCaller {
             .await
             .map_err(IntoResponse::into_response)?;
         let id = params.get("id").cloned().unwrap_or_default();
-        authorize_device(hub, &parts.headers, &id).map_err(IntoResponse::into_response)?;
+        let cert = parts
+            .extensions
+            .get::<super::super::PeerCert>()
+            .and_then(|c| c.0.clone());
+        authorize_device(hub, &parts.headers, cert.as_deref(), &id)
+            .map_err(IntoResponse::into_response)?;
         let query = Query::<HashMap<String, String>>::try_from_uri(&parts.uri)
             .map(|Query(q)| q)
             .unwrap_or_default();

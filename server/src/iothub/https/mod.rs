@@ -10,12 +10,20 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+
 use tokio_rustls::TlsAcceptor;
 
+use crate::iothub::client_cert::CaTrust;
+use crate::iothub::domain::x509::ClientCert;
 use crate::iothub::tls::HANDSHAKE_TIMEOUT;
+
+/// The TLS client certificate of the request's connection, if it presented one.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerCert(pub(crate) Option<Arc<ClientCert>>);
 use crate::web::http1::HeadLimits;
 
 pub(crate) mod service;
@@ -25,6 +33,7 @@ pub(crate) mod service;
 pub(crate) async fn run(
     listener: TcpListener,
     tls: TlsAcceptor,
+    ca_trust: CaTrust,
     router: axum::Router,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -37,6 +46,7 @@ pub(crate) async fn run(
                         stream,
                         peer,
                         tls.clone(),
+                        ca_trust.clone(),
                         router.clone(),
                         stop.clone(),
                     ));
@@ -65,6 +75,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     tls: TlsAcceptor,
+    ca_trust: CaTrust,
     router: axum::Router,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -80,6 +91,14 @@ async fn connection(
             return;
         }
     };
+    // The device routes authenticate an X.509 device by the connection's client certificate
+    // (docs/iothub.md, "X.509 devices"): each request of the connection carries it.
+    let cert = PeerCert(
+        ca_trust
+            .read(stream.get_ref().1.peer_certificates())
+            .map(Arc::new),
+    );
+    let router = router.layer(axum::Extension(cert));
     // Handlers may ask who is calling (logs); heads have the handshake's deadline (no
     // slowloris) and hyper's size limit.
     let limits = HeadLimits {

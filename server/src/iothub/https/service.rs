@@ -44,6 +44,7 @@ use crate::iothub::IotHubError;
 use crate::iothub::domain::message::format_time;
 use crate::iothub::domain::policies::Right;
 use crate::iothub::domain::registry::{DeviceStatus, DeviceUpdate, Identity};
+use crate::iothub::domain::x509::Authentication;
 use crate::untrusted::cut;
 
 // The device API (device tokens, not service ones) is a child module so that it shares this
@@ -305,6 +306,14 @@ struct AuthenticationBody {
     #[serde(rename = "type")]
     kind: Option<String>,
     symmetric_key: Option<SymmetricKeyBody>,
+    x509_thumbprint: Option<ThumbprintBody>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThumbprintBody {
+    primary_thumbprint: Option<String>,
+    secondary_thumbprint: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -335,16 +344,35 @@ impl DeviceBody {
             }
         };
         let authentication = self.authentication.unwrap_or_default();
-        match authentication.kind.as_deref() {
-            None => {}
-            Some(kind) if kind.eq_ignore_ascii_case("sas") => {}
+        let thumbprints = authentication.x509_thumbprint.unwrap_or_default();
+        let has_thumbprint = thumbprints
+            .primary_thumbprint
+            .as_deref()
+            .is_some_and(|t| !t.trim().is_empty());
+        // The SDKs name the type (Python's `create_device_with_x509` sends "selfSigned");
+        // a body with a thumbprint and no type is self-signed, as on IoT Hub.
+        let kind = match authentication.kind.as_deref() {
+            None if has_thumbprint => Some("selfSigned"),
+            other => other,
+        };
+        let auth = match kind {
+            None => None,
+            Some(kind) if kind.eq_ignore_ascii_case("sas") => Some(Authentication::Sas),
+            Some(kind) if kind.eq_ignore_ascii_case("selfSigned") => {
+                Some(Authentication::self_signed(
+                    thumbprints.primary_thumbprint.as_deref(),
+                    thumbprints.secondary_thumbprint.as_deref(),
+                )?)
+            }
+            Some(kind) if kind.eq_ignore_ascii_case("certificateAuthority") => {
+                Some(Authentication::CertificateAuthority)
+            }
             Some(kind) => {
                 return Err(IotHubError::invalid(format!(
-                    "authentication type {kind:?} is not supported by the local hub; \
-                     devices authenticate with SAS keys (type \"sas\")"
+                    "authentication type {kind:?} is not \"sas\", \"selfSigned\" or \"certificateAuthority\""
                 )));
             }
-        }
+        };
         let keys = authentication.symmetric_key.unwrap_or_default();
         let given = |k: Option<String>| k.filter(|k| !k.trim().is_empty());
         Ok(DeviceUpdate {
@@ -353,6 +381,7 @@ impl DeviceBody {
             status,
             status_reason: self.status_reason,
             iot_edge: self.capabilities.and_then(|c| c.iot_edge).unwrap_or(false),
+            authentication: auth,
         })
     }
 }
@@ -372,16 +401,36 @@ fn device_json(identity: &Identity) -> Value {
         "statusUpdatedTime": d.status_updated_time.as_deref().unwrap_or(NEVER),
         "lastActivityTime": time(identity.last_activity),
         "cloudToDeviceMessageCount": identity.queue_depth,
-        "authentication": {
-            "symmetricKey": {
-                "primaryKey": d.primary_key,
-                "secondaryKey": d.secondary_key,
-            },
-            "x509Thumbprint": { "primaryThumbprint": null, "secondaryThumbprint": null },
-            "type": "sas",
-        },
+        "authentication": authentication_json(d),
         "capabilities": { "iotEdge": d.iot_edge },
         "parentScopes": [],
+    })
+}
+
+/// IoT Hub's `authentication` of a device: the keys of a SAS device, the thumbprints of a
+/// self-signed one, nulls where a type has none (as the SDKs' `Device` model reads them).
+fn authentication_json(d: &crate::iothub::Device) -> Value {
+    let (keys, thumbprints) = match &d.authentication {
+        Authentication::Sas => (
+            json!({ "primaryKey": d.primary_key, "secondaryKey": d.secondary_key }),
+            json!({ "primaryThumbprint": null, "secondaryThumbprint": null }),
+        ),
+        Authentication::SelfSigned {
+            primary_thumbprint,
+            secondary_thumbprint,
+        } => (
+            json!({ "primaryKey": null, "secondaryKey": null }),
+            json!({ "primaryThumbprint": primary_thumbprint, "secondaryThumbprint": secondary_thumbprint }),
+        ),
+        Authentication::CertificateAuthority => (
+            json!({ "primaryKey": null, "secondaryKey": null }),
+            json!({ "primaryThumbprint": null, "secondaryThumbprint": null }),
+        ),
+    };
+    json!({
+        "symmetricKey": keys,
+        "x509Thumbprint": thumbprints,
+        "type": d.authentication.type_name(),
     })
 }
 

@@ -14,6 +14,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::iothub::IotHubError;
+use crate::iothub::client_cert::CaTrust;
+use crate::iothub::domain::x509::ClientCert;
 
 use crate::iothub::domain::hub::{ConnectRefusal, IotHub, Subscription, ToConnection};
 use crate::iothub::domain::properties;
@@ -83,6 +85,7 @@ pub(crate) async fn run(
     hub: IotHub,
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    ca_trust: CaTrust,
     stop: watch::Receiver<bool>,
 ) {
     let mut stop_accepting = stop.clone();
@@ -101,17 +104,21 @@ pub(crate) async fn run(
         let _ = stream.set_nodelay(true);
         let hub = hub.clone();
         let tls = tls.clone();
+        let ca_trust = ca_trust.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             match tls {
                 Some(acceptor) => {
                     let limit = hub.config().connect_timeout;
                     match crate::iothub::tls::handshake(&acceptor, stream, limit).await {
-                        Ok(tls_stream) => connection(hub, tls_stream, peer, stop).await,
+                        Ok(tls_stream) => {
+                            let cert = ca_trust.read(tls_stream.get_ref().1.peer_certificates());
+                            connection(hub, tls_stream, cert, peer, stop).await
+                        }
                         Err(e) => log_refusal(&hub, peer, &e),
                     }
                 }
-                None => connection(hub, stream, peer, stop).await,
+                None => connection(hub, stream, None, peer, stop).await,
             }
         });
     }
@@ -122,10 +129,11 @@ pub(crate) async fn run(
 pub(crate) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     hub: IotHub,
     stream: S,
+    cert: Option<ClientCert>,
     peer: std::net::SocketAddr,
     stop: watch::Receiver<bool>,
 ) {
-    if let Err(why) = serve(hub.clone(), stream, stop).await {
+    if let Err(why) = serve(hub.clone(), stream, cert, stop).await {
         log_refusal(&hub, peer, &why);
     }
 }
@@ -184,9 +192,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
+/// One device connection; `cert` is the TLS client certificate it presented, with which an
+/// X.509 device authenticates instead of a SAS token (docs/iothub.md, "X.509 devices").
 pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     hub: IotHub,
     stream: S,
+    cert: Option<ClientCert>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let config = hub.config().clone();
@@ -229,7 +240,8 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let accepted = hub.connect(
         &device_id,
         login.map(|l| l.username.as_str()),
-        login.map(|l| l.password.as_str()),
+        login.map(|l| l.password.as_str()).filter(|p| !p.is_empty()),
+        cert.as_ref(),
         connect.clean_session,
     );
     let mut connected = match accepted {

@@ -70,6 +70,15 @@ impl Https {
         }
     }
 
+    /// A client that presents the TLS client certificate of `config` (an X.509 device).
+    pub fn with_config(hub: &IotHub, config: rustls::ClientConfig) -> Https {
+        let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
+        Https {
+            addr,
+            tls: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+        }
+    }
+
     /// Sends one request with `Host: localhost` and `headers` (in that order).
     pub async fn call(
         &self,

@@ -25,6 +25,7 @@ use super::properties::Property;
 use super::queue::{self, DeviceQueue, LockedMessage, Now, Outcome, Settlement};
 use super::registry::{Device, DeviceSpec, DeviceStatus, DeviceUpdate, Identity, new_etag};
 use super::sas;
+use super::x509::ClientCert;
 use crate::iothub::config::IotHubConfig;
 use crate::untrusted::{RefusalLog, cut};
 
@@ -176,6 +177,14 @@ pub struct DeviceInfo {
     pub connection_state: String,
     /// Messages in its queue.
     pub queue_depth: usize,
+    /// How it authenticates: IoT Hub's `authentication.type` (`sas`, `selfSigned`,
+    /// `certificateAuthority`); `sas` when an older server does not say.
+    #[serde(default = "sas_type")]
+    pub authentication: String,
+}
+
+fn sas_type() -> String {
+    "sas".to_owned()
 }
 
 /// The hub's description (`GET /hub`).
@@ -465,6 +474,25 @@ impl IotHub {
         self.check_device_token(&device, token, SystemTime::now())
     }
 
+    /// Checks that a TLS client certificate authenticates X.509 device `device_id` (its
+    /// thumbprint, or its chain to the hub's CAs and its CN); for a device that sends no
+    /// token (HTTPS). Registered and enabled as for a token.
+    pub(crate) fn authenticate_device_cert(
+        &self,
+        cert: &ClientCert,
+        device_id: &str,
+    ) -> Result<(), IotHubError> {
+        let unauthorized = |why: String| IotHubError::Unauthorized(why);
+        let device = self
+            .device(device_id)
+            .map_err(|_| unauthorized(format!("device {:?} is not registered", cut(device_id))))?;
+        if device.status == DeviceStatus::Disabled {
+            return Err(unauthorized(format!("device {device_id:?} is disabled")));
+        }
+        cert.authenticates(device_id, &device.authentication)
+            .map_err(unauthorized)
+    }
+
     /// [`IotHub::authenticate_device`] for a device already looked up (the caller may hold
     /// the state lock: this takes no lock).
     fn check_device_token(
@@ -480,6 +508,14 @@ impl IotHub {
         let resource = sas::device_resource(&self.inner.config.hostname, &device.device_id);
         let parsed = sas::SasToken::parse(token).map_err(unauthorized)?;
         if parsed.key_name.is_none() {
+            if device.authentication.is_x509() {
+                // IoT Hub keeps no keys for an X.509 device: only its certificate (or a
+                // policy token with DeviceConnect) authenticates it.
+                return Err(IotHubError::Unauthorized(format!(
+                    "device {:?} authenticates with an X.509 certificate, not its own SAS keys",
+                    device.device_id
+                )));
+            }
             return sas::validate(
                 token,
                 &resource,

@@ -153,6 +153,7 @@ impl IotHub {
                 }
                 .to_owned(),
                 queue_depth: d.queue.depth(),
+                authentication: d.device.authentication.type_name().to_owned(),
             })
             .collect()
     }

@@ -10,6 +10,7 @@ impl IotHub {
         client_id: &str,
         username: Option<&str>,
         password: Option<&str>,
+        client_cert: Option<&ClientCert>,
         clean_session: bool,
     ) -> Result<Connected, ConnectRefusal> {
         let now = Now::current();
@@ -40,11 +41,29 @@ impl IotHub {
                 )));
             }
         }
-        let password = password
-            .ok_or_else(|| ConnectRefusal::NotAuthorized("no password (SAS token)".into()))?;
-        let token_expires = self
-            .check_device_token(&device, password, now.utc)
-            .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?;
+        let token_expires = match (password, client_cert) {
+            // An X.509 device sends no password: its TLS client certificate authenticates it
+            // for as long as the connection lasts (docs/iothub.md, "X.509 devices").
+            (None, Some(cert)) if device.authentication.is_x509() => {
+                cert.authenticates(client_id, &device.authentication)
+                    .map_err(ConnectRefusal::NotAuthorized)?;
+                // Nothing expires during the connection (a certificate's own end is checked
+                // when it connects); about a century on.
+                now.utc + Duration::from_secs(100 * 365 * 24 * 3600)
+            }
+            (None, None) if device.authentication.is_x509() => {
+                return Err(ConnectRefusal::NotAuthorized(format!(
+                    "device {client_id:?} authenticates with an X.509 certificate and the connection presented none"
+                )));
+            }
+            (password, _) => {
+                let password = password.ok_or_else(|| {
+                    ConnectRefusal::NotAuthorized("no password (SAS token)".into())
+                })?;
+                self.check_device_token(&device, password, now.utc)
+                    .map_err(|e| ConnectRefusal::NotAuthorized(e.to_string()))?
+            }
+        };
         let mut state = self.state();
         let id = state.next_connection;
         state.next_connection += 1;
