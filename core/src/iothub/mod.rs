@@ -51,6 +51,8 @@
 
 // The device client (networked) is the `client` feature; message content, property bags
 // and SAS tokens are pure (the local server's hub uses them).
+#[cfg(feature = "amqp")]
+mod amqp;
 #[cfg(feature = "client")]
 pub mod blocking;
 #[cfg(feature = "client")]
@@ -71,6 +73,8 @@ mod redelivery;
 mod renewal;
 pub mod sas;
 #[cfg(feature = "client")]
+mod settle;
+#[cfg(feature = "client")]
 mod shared;
 #[cfg(feature = "client")]
 mod task;
@@ -81,7 +85,7 @@ pub use c2d::C2dMessage;
 pub use client::DeviceClient;
 pub use message::{MessageContent, Telemetry};
 #[cfg(feature = "client")]
-pub use options::{API_VERSION, DeviceAuth, DeviceOptions};
+pub use options::{API_VERSION, DeviceAuth, DeviceOptions, Transport};
 pub use properties::Property;
 #[cfg(feature = "client")]
 pub use shared::DeviceStats;
