@@ -313,4 +313,35 @@ mod tests {
         assert_eq!(msg.reject().unwrap_err().kind(), ErrorKind::NotSupported);
         assert_eq!(msg.abandon().unwrap_err().kind(), ErrorKind::NotSupported);
     }
+
+    #[cfg(feature = "amqp")]
+    #[test]
+    fn amqp_messages_settle_three_ways_once_and_not_after_their_link_closed() {
+        let shared = Arc::new(Shared::new("dev1".into()));
+        shared.settlements().new_link();
+        let amqp = |id: &str| {
+            let content = MessageContent::parse(PREFIX, "dev1", Bytes::new()).unwrap();
+            let handle = shared.settlements().arrived(Some(id));
+            C2dMessage::amqp(content, false, 0, handle, shared.clone())
+        };
+        let (a, b, c, d) = (amqp("a"), amqp("b"), amqp("c"), amqp("d"));
+        assert_eq!(a.delivery_count(), Some(0));
+        c.abandon().unwrap();
+        a.reject().unwrap();
+        b.complete().unwrap();
+        let e = b.abandon().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        let mut queued = Vec::new();
+        shared.settlements().take_queued(&mut queued);
+        assert_eq!(queued.len(), 3);
+        shared.settlements().new_link();
+        let e = d.complete().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
+        assert_eq!(shared.counters.snapshot().stale_completions, 1);
+        shared.settlements().close();
+        assert_eq!(
+            d.reject().unwrap_err().to_string(),
+            "disconnected: the device client is closed"
+        );
+    }
 }
