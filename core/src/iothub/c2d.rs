@@ -321,7 +321,7 @@ mod tests {
         shared.settlements().new_link();
         let amqp = |id: &str| {
             let content = MessageContent::parse(PREFIX, "dev1", Bytes::new()).unwrap();
-            let handle = shared.settlements().arrived(Some(id));
+            let (handle, _) = shared.settlements().arrived(Some(id));
             C2dMessage::amqp(content, false, 0, handle, shared.clone())
         };
         let (a, b, c, d) = (amqp("a"), amqp("b"), amqp("c"), amqp("d"));

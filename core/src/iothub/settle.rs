@@ -124,21 +124,26 @@ impl Settlements {
     }
 
     /// A delivery arrived on the current link. A message id still open on this link means the
-    /// hub delivered it again (its lock timed out): the older delivery cannot be settled.
-    pub(crate) fn arrived(&mut self, message_id: Option<&str>) -> Handle {
+    /// hub delivered it again (its lock timed out): the older delivery cannot be settled by the
+    /// application any more, and its key is returned for the task to release it (so that the
+    /// link's credit it holds comes back; the hub ignores a settlement of a lock it gave up).
+    pub(crate) fn arrived(&mut self, message_id: Option<&str>) -> (Handle, Option<u64>) {
         let key = self.next_key;
         self.next_key = self.next_key.wrapping_add(1);
+        let mut superseded = None;
         if let Some(id) = message_id
             && let Some(old) = self.by_id.insert(id.to_owned(), key)
             && self.open.remove(&old).is_some()
         {
             self.remember(old, Err(()));
+            superseded = Some(old);
         }
         self.open.insert(key, message_id.map(str::to_owned));
-        Handle {
+        let handle = Handle {
             link: self.link,
             key,
-        }
+        };
+        (handle, superseded)
     }
 
     /// The application settles the delivery of `handle`; queued for the connection task.
@@ -204,9 +209,9 @@ mod tests {
     fn settlements_are_per_message_in_any_order() {
         let mut s = Settlements::default();
         s.new_link();
-        let a = s.arrived(Some("a"));
-        let b = s.arrived(Some("b"));
-        let c = s.arrived(None);
+        let a = s.arrived(Some("a")).0;
+        let b = s.arrived(Some("b")).0;
+        let c = s.arrived(None).0;
         s.settle(c, Outcome::Abandon).unwrap();
         s.settle(a, Outcome::Reject).unwrap();
         let mut q = Vec::new();
@@ -225,11 +230,11 @@ mod tests {
     fn a_delivery_of_a_closed_link_is_never_settled_on_the_next() {
         let mut s = Settlements::default();
         s.new_link();
-        let old = s.arrived(Some("m"));
-        let other = s.arrived(Some("n"));
+        let old = s.arrived(Some("m")).0;
+        let other = s.arrived(Some("n")).0;
         s.settle(other, Outcome::Complete).unwrap();
         assert_eq!(s.new_link(), 1, "the unwritten settlement is dropped");
-        let new = s.arrived(Some("m"));
+        let new = s.arrived(Some("m")).0;
         assert_ne!(new.key(), old.key());
         let refusal = s.settle(old, Outcome::Complete).unwrap_err();
         assert_eq!(refusal, Refusal::LinkClosed);
@@ -251,8 +256,10 @@ mod tests {
     fn a_redelivery_on_the_same_link_supersedes_the_open_copy() {
         let mut s = Settlements::default();
         s.new_link();
-        let old = s.arrived(Some("m"));
-        let new = s.arrived(Some("m"));
+        let (old, none) = s.arrived(Some("m"));
+        assert_eq!(none, None);
+        let (new, superseded) = s.arrived(Some("m"));
+        assert_eq!(superseded, Some(old.key()));
         assert_eq!(s.open(), 1);
         let e = s.settle(old, Outcome::Abandon).unwrap_err();
         assert_eq!(e, Refusal::Superseded);

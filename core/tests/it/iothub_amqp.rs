@@ -264,6 +264,44 @@ async fn a_settlement_after_the_connection_dropped_is_lock_lost_and_the_message_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_superseded_after_the_lock_timeout_is_lock_lost_and_the_new_one_settles() {
+    let config = IotHubConfig {
+        lock_timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let (_server, hub) = hub(config, &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
+        .await
+        .unwrap();
+    hub.send("dev1", HubMessage::new("slow").message_id("s1"))
+        .unwrap();
+    let first = receive(&client).await;
+    assert_eq!(first.message_id.as_deref(), Some("s1"));
+    // Held past the 2 s lock: the hub gives it up and delivers it again on the same link (the
+    // client releases the superseded delivery, so its credit comes back).
+    let second = receive(&client).await;
+    assert_eq!(second.message_id.as_deref(), Some("s1"));
+    assert!(second.is_redelivery());
+    assert_eq!(second.delivery_count(), Some(1));
+    let e = first.complete().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
+    assert!(e.to_string().contains("delivered it again"), "{e}");
+    second.complete().unwrap();
+    hub.send("dev1", HubMessage::new("next").message_id("s2"))
+        .unwrap();
+    let next = receive(&client).await;
+    assert_eq!(next.message_id.as_deref(), Some("s2"));
+    next.complete().unwrap();
+    eventually(&hub, "dev1", "both completed once", |q| {
+        q.depth == 0 && completed(q) == 2
+    })
+    .await;
+    assert_eq!(client.stats().connections, 1);
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_token_lifetimes_are_renewed_on_the_open_connection_without_losing_a_message() {
     let (_server, hub) = hub(config(), &["dev1"]).await;
     let ca = CaFile::of(&hub);

@@ -81,6 +81,7 @@ pub(crate) fn spawn(shared: Arc<Shared>, options: DeviceOptions, channels: Chann
         connected_at: None,
         attempts: 0,
         batch: Vec::new(),
+        superseded: Vec::new(),
     };
     tokio::spawn(task.run());
 }
@@ -106,6 +107,9 @@ struct Task {
     attempts: u64,
     /// Settlements being written (kept for its capacity).
     batch: Vec<(u64, Outcome)>,
+    /// Deliveries superseded by a redelivery of their message on the same link (the hub's
+    /// lock timed out), to release: their credit comes back, the hub ignores the outcome.
+    superseded: Vec<DeliveryInfo>,
 }
 
 impl Task {
@@ -222,6 +226,7 @@ impl Task {
         tracing::debug!(device = %self.shared.device_id, address = %link.c2d_address, "AMQP device links attached");
         self.shared.settlements().new_link();
         self.infos.clear();
+        self.superseded.clear();
         Counters::bump(&self.shared.counters.connections);
         self.set_state(ConnectionState::Connected);
         if let Some(ready) = self.ready.take() {
@@ -236,6 +241,7 @@ impl Task {
             tracing::debug!(device = %self.shared.device_id, dropped, "settlements not written before the link closed");
         }
         self.infos.clear();
+        self.superseded.clear();
         self.connected_at = None;
         if !self.shutting_down() {
             self.set_state(ConnectionState::Reconnecting);
@@ -331,11 +337,14 @@ impl Task {
         let (info, message) = delivery.into_parts();
         match convert::content(message, address) {
             Ok((content, delivery_count)) => {
-                let handle = self
+                let (handle, superseded) = self
                     .shared
                     .settlements()
                     .arrived(content.message_id.as_deref());
                 self.infos.insert(handle.key(), info);
+                if let Some(old) = superseded.and_then(|key| self.infos.remove(&key)) {
+                    self.superseded.push(old);
+                }
                 let seen_before = content
                     .message_id
                     .as_ref()
@@ -358,7 +367,7 @@ impl Task {
                 // feedback), which says more to the sender than completing it would.
                 Counters::bump(&c.malformed);
                 tracing::warn!(device = %self.shared.device_id, "{e}");
-                let handle = self.shared.settlements().arrived(None);
+                let (handle, _) = self.shared.settlements().arrived(None);
                 self.infos.insert(handle.key(), info);
                 let _ = self.shared.settlements().settle(handle, Outcome::Reject);
                 let _ = self.messages.send(Err(e));
@@ -368,6 +377,11 @@ impl Task {
 
     /// Writes the settlements the application made since the last turn, each on its own.
     async fn flush_settlements(&mut self, link: &Link) -> Result<(), End> {
+        for info in std::mem::take(&mut self.superseded) {
+            if let Err(e) = link.c2d.release(info).await {
+                return Err(End::Lost(format!("releasing a superseded delivery: {e}")));
+            }
+        }
         let mut batch = std::mem::take(&mut self.batch);
         self.shared.settlements().take_queued(&mut batch);
         let mut result = Ok(());
