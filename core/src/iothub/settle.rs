@@ -176,7 +176,6 @@ impl Settlements {
     }
 
     /// Deliveries received on the current link and not settled.
-    #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
         self.open.len()
     }

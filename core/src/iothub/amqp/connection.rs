@@ -143,25 +143,29 @@ impl Link {
         }
         let c2d_address = format!("/devices/{id}/messages/devicebound");
         let events_address = format!("/devices/{id}/messages/events");
-        // Credit is the receive buffer, given back as messages are settled (fe2o3's auto
-        // credit tops the link up once half of it was settled): back-pressure without
-        // reading ahead of the application.
+        // Credit is managed by the connection task: the receive buffer less the messages the
+        // application holds, topped up after each turn that settled some (task.rs).
         let credit = u32::try_from(options.receive_buffer).unwrap_or(u32::MAX);
         let c2d = Receiver::builder()
             .name(format!("{id}-c2d-{attempt}"))
             .source(c2d_address.clone())
-            .credit_mode(CreditMode::Auto(credit))
+            .credit_mode(CreditMode::Manual)
             .auto_accept(false)
             .attach(&mut half.session)
             .await
             .map_err(|e| failed(&format!("the receiver link on {c2d_address}"), e));
-        let c2d = match c2d {
+        let mut c2d = match c2d {
             Ok(l) => l,
             Err(e) => {
                 half.close().await;
                 return Err(e);
             }
         };
+        if let Err(e) = c2d.set_credit(credit).await {
+            let _ = c2d.close().await;
+            half.close().await;
+            return Err(failed("the receiver link's credit", e));
+        }
         let events = Sender::builder()
             .name(format!("{id}-events-{attempt}"))
             .target(events_address.clone())

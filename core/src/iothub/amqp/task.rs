@@ -296,7 +296,7 @@ impl Task {
                 },
                 e = events.on_detach() => break End::Lost(format!("the hub detached the telemetry link: {e}")),
             }
-            if let Err(end) = self.flush_settlements(&link).await {
+            if let Err(end) = self.flush_settlements(&mut link).await {
                 break end;
             }
             if let Err(end) = self.submit_sends(&mut link).await {
@@ -376,7 +376,8 @@ impl Task {
     }
 
     /// Writes the settlements the application made since the last turn, each on its own.
-    async fn flush_settlements(&mut self, link: &Link) -> Result<(), End> {
+    async fn flush_settlements(&mut self, link: &mut Link) -> Result<(), End> {
+        let mut settled = !self.superseded.is_empty();
         for info in std::mem::take(&mut self.superseded) {
             if let Err(e) = link.c2d.release(info).await {
                 return Err(End::Lost(format!("releasing a superseded delivery: {e}")));
@@ -384,31 +385,60 @@ impl Task {
         }
         let mut batch = std::mem::take(&mut self.batch);
         self.shared.settlements().take_queued(&mut batch);
-        let mut result = Ok(());
+        // One disposition per run of consecutive delivery ids with the same outcome (fe2o3's
+        // `*_all` send `first..last` ranges), rather than one frame per message: settlements
+        // need no order over AMQP, so each outcome's deliveries go together, sorted by id.
+        let mut by_outcome: [(Outcome, Vec<DeliveryInfo>); 3] = [
+            (Outcome::Complete, Vec::new()),
+            (Outcome::Reject, Vec::new()),
+            (Outcome::Abandon, Vec::new()),
+        ];
         for (key, outcome) in batch.drain(..) {
             let Some(info) = self.infos.remove(&key) else {
                 continue;
             };
+            if let Some((_, infos)) = by_outcome.iter_mut().find(|(o, _)| *o == outcome) {
+                infos.push(info);
+            }
+        }
+        self.batch = batch;
+        for (outcome, mut infos) in by_outcome {
+            if infos.is_empty() {
+                continue;
+            }
+            settled = true;
+            infos.sort_by_key(|i| i.delivery_id());
+            let n = u64::try_from(infos.len()).unwrap_or(u64::MAX);
             let written = match outcome {
-                Outcome::Complete => link.c2d.accept(info).await,
-                Outcome::Reject => link.c2d.reject(info, None).await,
-                Outcome::Abandon => link.c2d.release(info).await,
+                Outcome::Complete => link.c2d.accept_all(infos).await,
+                Outcome::Reject => link.c2d.reject_all(infos, None).await,
+                Outcome::Abandon => link.c2d.release_all(infos).await,
             };
             if let Err(e) = written {
-                // The rest of the batch is dropped with the link; the hub redelivers.
-                result = Err(End::Lost(format!("writing a settlement: {e}")));
-                break;
+                // The rest is dropped with the link; the hub redelivers.
+                return Err(End::Lost(format!("writing settlements: {e}")));
             }
             let c = &self.shared.counters;
-            Counters::bump(match outcome {
+            let counter = match outcome {
                 Outcome::Complete => &c.acknowledged,
                 Outcome::Reject => &c.rejected,
                 Outcome::Abandon => &c.abandoned,
-            });
+            };
+            counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
-        batch.clear();
-        self.batch = batch;
-        result
+        if settled {
+            // Back-pressure: the hub may send as many as the buffer has room for, counting
+            // those the application holds (the credit is absolute from the last delivery).
+            let open = self.shared.settlements().open();
+            let room = self.options.receive_buffer.saturating_sub(open);
+            let credit = u32::try_from(room).unwrap_or(u32::MAX);
+            if let Err(e) = link.c2d.set_credit(credit).await {
+                return Err(End::Lost(format!(
+                    "renewing the receiver link's credit: {e}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Sends the waiting telemetry; each event's outcome is awaited on its own task.
