@@ -128,6 +128,11 @@ enum mqstate_status
    */
   MQSTATE_AUTHENTICATION_FAILED = 203,
   /**
+   * An IoT Hub message can no longer be settled: the connection or link it arrived on
+   * closed, or the hub delivered it again after its lock timed out (it comes again).
+   */
+  MQSTATE_LOCK_LOST = 204,
+  /**
    * The state store answered with an error; `mqstate_error_service_kind` says which.
    */
   MQSTATE_SERVICE_ERROR = 300,

@@ -86,7 +86,7 @@ export type ConnectionState = 'connecting' | 'connected' | 'reconnecting' | 'clo
 /** What `vdel` did. */
 export type VdelOutcome = 'deleted' | 'notFound' | 'valueMismatch';
 /** The `code` of every error this package rejects or throws with. */
-export type ErrorCode = 'ERR_INVALID_ARGUMENT' | 'ERR_TIMEOUT' | 'ERR_DISCONNECTED' | 'ERR_SERVICE' | 'ERR_UNEXPECTED_PAYLOAD' | 'ERR_CLOCK_DRIFT' | 'ERR_CONNECTION' | 'ERR_LAGGED' | 'ERR_AUTHENTICATION' | 'ERR_NOT_SUPPORTED' | 'ABORT_ERR';
+export type ErrorCode = 'ERR_INVALID_ARGUMENT' | 'ERR_TIMEOUT' | 'ERR_DISCONNECTED' | 'ERR_SERVICE' | 'ERR_UNEXPECTED_PAYLOAD' | 'ERR_CLOCK_DRIFT' | 'ERR_CONNECTION' | 'ERR_LAGGED' | 'ERR_AUTHENTICATION' | 'ERR_NOT_SUPPORTED' | 'ERR_LOCK_LOST' | 'ABORT_ERR';
 /**
  * An error from this package: an `Error` with a stable `code`. Service errors (`ERR_SERVICE`:
  * the state store answered `-ERR ...`) also have `serviceKind` (`quota_exceeded`,

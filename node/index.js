@@ -210,6 +210,7 @@ const CODES = new Set([
     'ERR_LAGGED',
     'ERR_AUTHENTICATION',
     'ERR_NOT_SUPPORTED',
+    'ERR_LOCK_LOST',
     'ABORT_ERR',
 ]);
 function invalid(message) {

@@ -205,6 +205,7 @@ export type ErrorCode =
   | 'ERR_LAGGED'
   | 'ERR_AUTHENTICATION'
   | 'ERR_NOT_SUPPORTED'
+  | 'ERR_LOCK_LOST'
   | 'ABORT_ERR';
 
 /**
@@ -243,6 +244,7 @@ const CODES = new Set<string>([
   'ERR_LAGGED',
   'ERR_AUTHENTICATION',
   'ERR_NOT_SUPPORTED',
+  'ERR_LOCK_LOST',
   'ABORT_ERR',
 ]);
 

@@ -116,7 +116,7 @@ test('a message not completed is redelivered after the lock timeout; completing 
     'the redelivered copy completed the message',
   );
   // The first copy was given up by the hub: completing it says so.
-  await assert.rejects(first.complete(), { code: 'ERR_DISCONNECTED', message: /delivered again/ });
+  await assert.rejects(first.complete(), { code: 'ERR_LOCK_LOST', message: /delivered again/ });
   await device.close();
 });
 

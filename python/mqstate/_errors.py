@@ -16,6 +16,7 @@ __all__ = [
     "Error",
     "InvalidArgument",
     "Lagged",
+    "LockLost",
     "MalformedHlc",
     "NotSupported",
     "ServiceError",
@@ -124,6 +125,14 @@ class NotSupported(Error):
     code = "not_supported"
 
 
+class LockLost(Error):
+    """An IoT Hub message can no longer be settled (completed, rejected, abandoned): the
+    connection or link it arrived on closed, or the hub delivered it again after its lock timed
+    out. Nothing was sent; the hub delivers the message again (settle that copy)."""
+
+    code = "lock_lost"
+
+
 #: The core's stable kind strings (``mqstate::ErrorKind::as_str``) to classes: the only place
 #: they are mapped. A kind this version does not know becomes a plain :class:`Error`.
 _BY_KIND: dict[str, type[Error]] = {
@@ -137,6 +146,7 @@ _BY_KIND: dict[str, type[Error]] = {
     "lagged": Lagged,
     "authentication": AuthenticationFailed,
     "not_supported": NotSupported,
+    "lock_lost": LockLost,
     # The binding's own kind: an HLC the caller gave does not parse.
     "malformed_hlc": MalformedHlc,
 }

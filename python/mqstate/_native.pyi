@@ -924,7 +924,8 @@ _Properties = list[tuple[str, str | None]]
 
 @final
 class C2dMessage:
-    """A received cloud-to-device message; ``complete()`` acknowledges it (in arrival order)."""
+    """A received cloud-to-device message: ``complete()``, or over AMQP ``reject()`` or
+    ``abandon()``, settles it."""
 
     @property
     def payload(self) -> bytes: ...
@@ -954,12 +955,16 @@ class C2dMessage:
     def topic(self) -> str: ...
     @property
     def is_redelivery(self) -> bool: ...
+    @property
+    def delivery_count(self) -> int | None:
+        """Over AMQP, the hub's earlier deliveries of this message (0 first); ``None`` over MQTT."""
+
     def complete(self) -> None: ...
     def reject(self) -> None:
-        """Always raises :class:`mqstate.NotSupported`."""
+        """AMQP: dead-letters the message; raises :class:`mqstate.NotSupported` over MQTT."""
 
     def abandon(self) -> None:
-        """Always raises :class:`mqstate.NotSupported`."""
+        """AMQP: the hub delivers it again; raises :class:`mqstate.NotSupported` over MQTT."""
 
 @final
 class Messages:
@@ -1031,9 +1036,20 @@ class AsyncDeviceClient:
 class LocalIotHub:
     """A local IoT Hub in this process (plain TCP device endpoint on 127.0.0.1)."""
 
-    def __new__(cls, *, lock_timeout: float | datetime.timedelta | None = None) -> LocalIotHub: ...
+    def __new__(
+        cls,
+        *,
+        lock_timeout: float | datetime.timedelta | None = None,
+        max_delivery_count: int | None = None,
+    ) -> LocalIotHub: ...
     @property
     def port(self) -> int: ...
+    @property
+    def amqp_port(self) -> int: ...
+    @property
+    def ca_pem(self) -> str | None: ...
+    def feedback(self, message_id: str) -> str | None: ...
+    def dead_lettered(self, device_id: str) -> int: ...
     def add_device(self, device_id: str) -> str:
         """Registers a device; returns its connection string (connect with port=, tls=False)."""
 
@@ -1048,6 +1064,7 @@ class LocalIotHub:
         content_type: str | None = None,
         content_encoding: str | None = None,
         properties: _Properties | None = None,
+        ack: str | None = None,
     ) -> None: ...
     def queue_depth(self, device_id: str) -> int: ...
     def completed(self, device_id: str) -> int: ...

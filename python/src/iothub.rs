@@ -1,6 +1,7 @@
 //! `mqstate.iothub`: the IoT Hub device client (`DeviceClient`, `AsyncDeviceClient`,
-//! `C2dMessage`) over the core's `mqstate::iothub`. Options, property bags, completion order
-//! and errors all live in the core; this module converts arguments and results.
+//! `C2dMessage`) over the core's `mqstate::iothub`, over MQTT or AMQP (`transport=`). Options,
+//! property bags, settlement (complete, reject, abandon) and errors all live in the core; this
+//! module converts arguments and results.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,11 @@ fn options(
     for (key, value) in kwargs.iter() {
         let key: String = key.extract()?;
         match key.as_str() {
+            "transport" => {
+                let name: String = value.extract()?;
+                let transport: core::Transport = name.parse().map_err(to_py)?;
+                o = o.with_transport(transport);
+            }
             "host" => o.connect_host = Some(value.extract()?),
             "port" => o.port = value.extract()?,
             "tls" => {
@@ -60,7 +66,7 @@ fn options(
                 return Err(errors::invalid_argument(
                     py,
                     format!(
-                        "unknown option {other:?} (host, port, tls, ca_file, cert_file, key_file, token_lifetime, receive_buffer, keep_alive, operation_timeout, connect_timeout)"
+                        "unknown option {other:?} (transport, host, port, tls, ca_file, cert_file, key_file, token_lifetime, receive_buffer, keep_alive, operation_timeout, connect_timeout)"
                     ),
                 ));
             }
@@ -182,15 +188,22 @@ impl C2dMessage {
     fn is_redelivery(&self) -> bool {
         self.inner.is_redelivery()
     }
-    /// Completes the message (its PUBACK is sent in arrival order).
+    /// Over AMQP, how many times the hub delivered the message before (0 the first time);
+    /// `None` over MQTT.
+    #[getter]
+    fn delivery_count(&self) -> Option<u32> {
+        self.inner.delivery_count()
+    }
+    /// Completes the message (over MQTT its PUBACK is sent in arrival order; over AMQP it is
+    /// settled on its own).
     fn complete(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.complete().map_err(|e| errors::to_py(py, &e))
     }
-    /// Always raises `mqstate.NotSupported` (IoT Hub has no reject over MQTT).
+    /// Rejects the message (AMQP: dead-lettered); raises `mqstate.NotSupported` over MQTT.
     fn reject(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.reject().map_err(|e| errors::to_py(py, &e))
     }
-    /// Always raises `mqstate.NotSupported` (IoT Hub has no abandon over MQTT).
+    /// Abandons the message (AMQP: delivered again); raises `mqstate.NotSupported` over MQTT.
     fn abandon(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.abandon().map_err(|e| errors::to_py(py, &e))
     }
@@ -213,6 +226,8 @@ fn stats_dict<'py>(py: Python<'py>, s: core::DeviceStats) -> PyResult<Bound<'py,
     d.set_item("received", s.received)?;
     d.set_item("redelivered", s.redelivered)?;
     d.set_item("acknowledged", s.acknowledged)?;
+    d.set_item("rejected", s.rejected)?;
+    d.set_item("abandoned", s.abandoned)?;
     d.set_item("stale_completions", s.stale_completions)?;
     d.set_item("connections", s.connections)?;
     d.set_item("token_renewals", s.token_renewals)?;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import time
 from collections.abc import Iterator
 
@@ -166,3 +167,91 @@ def test_asyncio_iterator_and_complete(hub: LocalIotHub) -> None:
 
     assert asyncio.run(main()) == ["a0", "a1", "a2"]
     eventually(lambda: hub.queue_depth("adev") == 0, "all completed")
+
+
+
+# --- AMQP: complete, reject, abandon --------------------------------------------------------
+
+
+@pytest.fixture
+def amqp_hub() -> Iterator[LocalIotHub]:
+    with LocalIotHub(lock_timeout=2, max_delivery_count=2) as h:
+        yield h
+
+
+def amqp_options(hub: LocalIotHub, tmp_path: pathlib.Path) -> dict[str, object]:
+    """Keyword options for the hub's AMQP endpoint (TLS, trusting its certificate)."""
+    ca = tmp_path / "hub-ca.pem"
+    pem = hub.ca_pem
+    assert pem is not None
+    ca.write_text(pem)
+    return {"transport": "amqp", "port": hub.amqp_port, "ca_file": str(ca)}
+
+
+def test_amqp_complete_reject_abandon_with_feedback(
+    amqp_hub: LocalIotHub, tmp_path: pathlib.Path
+) -> None:
+    hub = amqp_hub
+    cs = hub.add_device("dev1")
+    with DeviceClient(cs, **amqp_options(hub, tmp_path)) as client:
+        for mid in ("ok", "bad", "later"):
+            hub.send("dev1", mid.encode(), message_id=mid, ack="full")
+        seen: list[tuple[str | None, int | None]] = []
+        settled = 0
+        while settled < 3:
+            msg = client.receive(timeout=WAIT)
+            assert msg is not None
+            seen.append((msg.message_id, msg.delivery_count))
+            if msg.message_id == "bad":
+                msg.reject()
+                with pytest.raises(mqstate.InvalidArgument):
+                    msg.complete()
+            elif msg.message_id == "later" and msg.delivery_count == 0:
+                msg.abandon()
+                continue
+            else:
+                msg.complete()
+            settled += 1
+        assert ("later", 1) in seen
+        eventually(lambda: hub.feedback("later") == "Success", "later completed")
+        assert hub.feedback("ok") == "Success"
+        eventually(lambda: hub.feedback("bad") == "Rejected", "bad rejected")
+        stats = client.stats
+        assert (stats["acknowledged"], stats["rejected"], stats["abandoned"]) == (2, 1, 1)
+
+
+def test_amqp_abandon_past_the_max_delivery_count_dead_letters(
+    amqp_hub: LocalIotHub, tmp_path: pathlib.Path
+) -> None:
+    hub = amqp_hub
+    cs = hub.add_device("dev1")
+    with DeviceClient(cs, **amqp_options(hub, tmp_path)) as client:
+        hub.send("dev1", b"x", message_id="x1", ack="negative")
+        for count in (0, 1):
+            msg = client.receive(timeout=WAIT)
+            assert msg is not None and msg.delivery_count == count
+            msg.abandon()
+        eventually(lambda: hub.feedback("x1") == "DeliveryCountExceeded", "dead-lettered")
+        assert hub.dead_lettered("dev1") == 1
+        assert client.receive(timeout=0.3) is None
+
+
+def test_amqp_settling_a_message_of_a_lost_connection_is_lock_lost(
+    hub: LocalIotHub, tmp_path: pathlib.Path
+) -> None:
+    # The hub's default max delivery count: the second connection may take a delivery too.
+    cs = hub.add_device("dev1")
+    options = amqp_options(hub, tmp_path)
+    with DeviceClient(cs, **options) as client:
+        hub.send("dev1", b"k", message_id="kept")
+        before = client.receive(timeout=WAIT)
+        assert before is not None and before.delivery_count == 0
+        # A second connection of the device makes the hub drop the first, which reconnects.
+        DeviceClient(cs, **options).close()
+        again = client.receive(timeout=WAIT)
+        assert again is not None and again.message_id == "kept" and again.is_redelivery
+        for settle in (before.complete, before.reject, before.abandon):
+            with pytest.raises(mqstate.LockLost, match="has closed"):
+                settle()
+        again.complete()
+        eventually(lambda: hub.completed("dev1") == 1, "completed once")

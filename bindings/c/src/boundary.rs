@@ -46,6 +46,9 @@ pub enum mqstate_status {
     MQSTATE_CONNECTION_ERROR = 202,
     /// The server refused the credentials (wrong key or token, expired token, unknown device).
     MQSTATE_AUTHENTICATION_FAILED = 203,
+    /// An IoT Hub message can no longer be settled: the connection or link it arrived on
+    /// closed, or the hub delivered it again after its lock timed out (it comes again).
+    MQSTATE_LOCK_LOST = 204,
     /// The state store answered with an error; `mqstate_error_service_kind` says which.
     MQSTATE_SERVICE_ERROR = 300,
     /// The reply was not one of the forms the protocol allows for the request.
@@ -75,6 +78,7 @@ impl mqstate_status {
             MQSTATE_BUFFER_TOO_SMALL => c"MQSTATE_BUFFER_TOO_SMALL",
             MQSTATE_NOT_SUPPORTED => c"MQSTATE_NOT_SUPPORTED",
             MQSTATE_AUTHENTICATION_FAILED => c"MQSTATE_AUTHENTICATION_FAILED",
+            MQSTATE_LOCK_LOST => c"MQSTATE_LOCK_LOST",
             MQSTATE_TIMEOUT => c"MQSTATE_TIMEOUT",
             MQSTATE_DISCONNECTED => c"MQSTATE_DISCONNECTED",
             MQSTATE_CONNECTION_ERROR => c"MQSTATE_CONNECTION_ERROR",
@@ -89,7 +93,7 @@ impl mqstate_status {
 }
 
 /// Every status, for `mqstate_status_name` and the tests.
-pub(crate) fn all_statuses() -> [mqstate_status; 17] {
+pub(crate) fn all_statuses() -> [mqstate_status; 18] {
     [
         MQSTATE_OK,
         MQSTATE_NOT_FOUND,
@@ -102,6 +106,7 @@ pub(crate) fn all_statuses() -> [mqstate_status; 17] {
         MQSTATE_DISCONNECTED,
         MQSTATE_CONNECTION_ERROR,
         MQSTATE_AUTHENTICATION_FAILED,
+        MQSTATE_LOCK_LOST,
         MQSTATE_SERVICE_ERROR,
         MQSTATE_UNEXPECTED_PAYLOAD,
         MQSTATE_CLOCK_DRIFT,
@@ -192,6 +197,7 @@ pub(crate) fn status_of(e: &Error) -> mqstate_status {
         ErrorKind::Lagged => MQSTATE_LAGGED,
         ErrorKind::Authentication => MQSTATE_AUTHENTICATION_FAILED,
         ErrorKind::NotSupported => MQSTATE_NOT_SUPPORTED,
+        ErrorKind::LockLost => MQSTATE_LOCK_LOST,
         _ => MQSTATE_UNKNOWN_ERROR,
     }
 }

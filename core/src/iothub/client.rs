@@ -1,12 +1,13 @@
-//! [`DeviceClient`]: one MQTT 3.1.1 connection to IoT Hub, as the application holds it:
-//! connecting, receiving cloud-to-device messages, sending telemetry, the connection state
-//! and counters, closing.
+//! [`DeviceClient`]: one connection to IoT Hub (MQTT 3.1.1, or AMQP 1.0), as the application
+//! holds it: connecting, receiving cloud-to-device messages, sending telemetry, the
+//! connection state and counters, closing.
 //!
-//! The rest of the device client is by concern: the connection task that owns the socket
-//! (`task.rs`), the state it shares with the handles (`shared.rs`), a received message and
-//! its completion (`c2d.rs`), and the pure pieces the task uses: in-order completion
-//! (`completion.rs`), redelivery recognition (`redelivery.rs`), SAS token renewal
-//! (`renewal.rs`) and what a failed connection is reported as (`connect_error.rs`).
+//! The rest of the device client is by concern: the MQTT connection task that owns the socket
+//! (`task.rs`), the AMQP transport (`amqp/`), the state they share with the handles
+//! (`shared.rs`), a received message and its settlement (`c2d.rs`), and the pure pieces the
+//! tasks use: in-order completion (`completion.rs`), per-message settlement (`settle.rs`),
+//! redelivery recognition (`redelivery.rs`), SAS token renewal (`renewal.rs`) and what a
+//! failed connection is reported as (`connect_error.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::c2d::C2dMessage;
 use super::message::{self, Telemetry};
-use super::options::DeviceOptions;
+use super::options::{DeviceOptions, Transport as DeviceTransport};
 use super::shared::{DeviceStats, Shared};
 use super::task::{self, CLOSE_GRACE, Channels, SendRequest};
 use crate::client::ConnectionState;
@@ -29,8 +30,10 @@ const REQUEST_CHANNEL: usize = 4096;
 /// Telemetry PUBLISHes in flight at once (rumqttc's inflight window).
 const INFLIGHT: u16 = 100;
 
-/// An IoT Hub device client over MQTT 3.1.1: receives cloud-to-device messages (explicit,
-/// in-order completion) and sends telemetry. Cheap to clone; [`DeviceClient::close`] ends it.
+/// An IoT Hub device client over MQTT 3.1.1 (the default) or AMQP 1.0
+/// ([`DeviceOptions::with_transport`]): receives cloud-to-device messages (explicit
+/// settlement: complete over both; reject and abandon over AMQP) and sends telemetry. Cheap to
+/// clone; [`DeviceClient::close`] ends it.
 ///
 /// ```no_run
 /// use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry};
@@ -51,18 +54,32 @@ const INFLIGHT: u16 = 100;
 pub struct DeviceClient {
     shared: Arc<Shared>,
     messages: flume::Receiver<Result<C2dMessage, Error>>,
-    sends: mpsc::UnboundedSender<SendRequest>,
+    sends: Sends,
     shutdown: Arc<watch::Sender<bool>>,
     operation_timeout: Duration,
 }
 
+/// Where `send_event` hands telemetry, by transport.
+#[derive(Debug, Clone)]
+enum Sends {
+    Mqtt(mpsc::UnboundedSender<SendRequest>),
+    #[cfg(feature = "amqp")]
+    Amqp(mpsc::UnboundedSender<super::amqp::task::SendRequest>),
+}
+
 impl DeviceClient {
-    /// Connects (waiting for the CONNACK and the SUBACK of the C2D subscription) and keeps
-    /// the connection up from then on. Errors: [`Error::InvalidArgument`] for bad options,
-    /// [`Error::Authentication`] when the hub refuses the credentials, [`Error::Connection`]
-    /// when it cannot be reached, [`Error::Timeout`] after `connect_timeout`.
+    /// Connects and keeps the connection up from then on. Over MQTT it waits for the CONNACK
+    /// and the SUBACK of the C2D subscription; over AMQP for the accepted put-token and the
+    /// attached receiver and telemetry links. Errors: [`Error::InvalidArgument`] for bad
+    /// options, [`Error::Authentication`] when the hub refuses the credentials,
+    /// [`Error::Connection`] when it cannot be reached, [`Error::Timeout`] after
+    /// `connect_timeout`, [`Error::NotSupported`] for AMQP in a build without the `amqp`
+    /// feature.
     pub async fn connect(options: DeviceOptions) -> Result<Self, Error> {
         options.validate()?;
+        if options.transport == DeviceTransport::Amqp {
+            return Self::connect_amqp(options).await;
+        }
         let (password, expiry) = options.password()?;
         let mut mqtt = MqttOptions::new(
             options.device_id.clone(),
@@ -107,10 +124,56 @@ impl DeviceClient {
         let this = DeviceClient {
             shared,
             messages,
-            sends,
+            sends: Sends::Mqtt(sends),
             shutdown: Arc::new(shutdown),
             operation_timeout,
         };
+        this.ready(ready_rx, connect_timeout).await
+    }
+
+    /// The AMQP transport (docs/iothub-device.md, "Transports").
+    #[cfg(feature = "amqp")]
+    async fn connect_amqp(options: DeviceOptions) -> Result<Self, Error> {
+        use super::amqp::task;
+        let shared = Arc::new(Shared::new(options.device_id.clone()));
+        let (messages_tx, messages) = flume::unbounded();
+        let (sends, sends_rx) = mpsc::unbounded_channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let operation_timeout = options.operation_timeout;
+        let connect_timeout = options.connect_timeout;
+        let channels = task::Channels {
+            messages: messages_tx,
+            sends: sends_rx,
+            shutdown: shutdown_rx,
+            ready: ready_tx,
+        };
+        task::spawn(shared.clone(), options, channels);
+        let this = DeviceClient {
+            shared,
+            messages,
+            sends: Sends::Amqp(sends),
+            shutdown: Arc::new(shutdown),
+            operation_timeout,
+        };
+        this.ready(ready_rx, connect_timeout).await
+    }
+
+    /// A build without the `amqp` feature has no AMQP transport.
+    #[cfg(not(feature = "amqp"))]
+    async fn connect_amqp(_options: DeviceOptions) -> Result<Self, Error> {
+        Err(Error::NotSupported(
+            "this build of mqstate has no AMQP transport (the `amqp` cargo feature is off)".into(),
+        ))
+    }
+
+    /// Waits for the first connection's outcome.
+    async fn ready(
+        self,
+        ready_rx: oneshot::Receiver<Result<(), Error>>,
+        connect_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let this = self;
         match tokio::time::timeout(connect_timeout + Duration::from_secs(1), ready_rx).await {
             Ok(Ok(Ok(()))) => Ok(this),
             Ok(Ok(Err(e))) => Err(e),
@@ -162,22 +225,35 @@ impl DeviceClient {
         }
     }
 
-    /// Sends telemetry on `devices/{id}/messages/events/{property bag}` at QoS 1 and waits for
-    /// the hub's PUBACK (up to `operation_timeout`: then [`Error::Timeout`], and the message
-    /// may still arrive). While disconnected it waits for the reconnection; if the hub kept
-    /// no session across a reconnection, an unacknowledged message fails with
-    /// [`Error::Disconnected`] (it may or may not have arrived).
+    /// Sends telemetry and waits for the hub to take it (up to `operation_timeout`: then
+    /// [`Error::Timeout`], and the message may still arrive). Over MQTT it is published on
+    /// `devices/{id}/messages/events/{property bag}` at QoS 1 (the hub's PUBACK); over AMQP
+    /// sent on the `/devices/{id}/messages/events` link with the same properties (the hub's
+    /// accepted disposition). While disconnected it waits for the reconnection. An event sent
+    /// but not acknowledged when the connection drops fails with [`Error::Disconnected`] (it
+    /// may or may not have arrived): over MQTT when the hub kept no session, over AMQP always.
     pub async fn send_event(&self, event: Telemetry) -> Result<(), Error> {
-        let bag = message::telemetry_bag(&event)?;
-        let topic = message::events_topic(&self.shared.device_id, &bag);
         let (done, wait) = oneshot::channel();
-        self.sends
-            .send(SendRequest {
-                topic,
-                payload: event.payload,
-                done,
-            })
-            .map_err(|_| self.shared.closed_error())?;
+        match &self.sends {
+            Sends::Mqtt(sends) => {
+                let bag = message::telemetry_bag(&event)?;
+                let topic = message::events_topic(&self.shared.device_id, &bag);
+                sends
+                    .send(SendRequest {
+                        topic,
+                        payload: event.payload,
+                        done,
+                    })
+                    .map_err(|_| self.shared.closed_error())?;
+            }
+            #[cfg(feature = "amqp")]
+            Sends::Amqp(sends) => {
+                let message = super::amqp::convert::telemetry(event)?;
+                sends
+                    .send(super::amqp::task::SendRequest { message, done })
+                    .map_err(|_| self.shared.closed_error())?;
+            }
+        }
         self.shared.wake.notify_one();
         match tokio::time::timeout(self.operation_timeout, wait).await {
             Ok(Ok(result)) => result,
@@ -201,13 +277,14 @@ impl DeviceClient {
         self.shared.counters.snapshot()
     }
 
-    /// Disconnects (a graceful DISCONNECT when connected) and waits until the connection task
-    /// ended. Uncompleted messages stay in the hub's queue. Idempotent.
+    /// Disconnects (a graceful DISCONNECT, or the AMQP links and connection closed, when
+    /// connected) and waits until the connection task ended. Unsettled messages stay in (or go
+    /// back to) the hub's queue. Idempotent.
     pub async fn close(&self) {
         let _ = self.shutdown.send(true);
         let mut changes = self.shared.state.subscribe();
         let _ = tokio::time::timeout(
-            CLOSE_GRACE + Duration::from_secs(1),
+            CLOSE_GRACE + Duration::from_secs(5),
             changes.wait_for(|s| *s == ConnectionState::Closed),
         )
         .await;

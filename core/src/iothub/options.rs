@@ -1,6 +1,6 @@
-//! How a device connects: hub host, device id, credentials (a shared access key from which
-//! SAS tokens are made, a fixed SAS token, or an X.509 client certificate), TLS, token
-//! lifetime, buffering and reconnection.
+//! How a device connects: the transport (MQTT or AMQP), hub host, device id, credentials (a
+//! shared access key from which SAS tokens are made, a fixed SAS token, or an X.509 client
+//! certificate), TLS, token lifetime, buffering and reconnection.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,6 +10,68 @@ use crate::protocol::errors::Error;
 
 /// The API version sent in the MQTT username, as the official SDKs do.
 pub const API_VERSION: &str = "2021-04-12";
+
+/// The protocol a [`super::DeviceClient`] speaks to the hub (docs/iothub-device.md,
+/// "Transports"). The connection string is the same for both.
+///
+/// ```
+/// use mqstate::iothub::{DeviceOptions, Transport};
+/// let o = DeviceOptions::new("myhub.azure-devices.net", "dev1", "c2VjcmV0")
+///     .with_transport(Transport::Amqp);
+/// assert_eq!(o.port, 5671);
+/// assert_eq!(Transport::default(), Transport::Mqtt);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// MQTT 3.1.1 on port 8883 (the default): messages can only be completed, and are
+    /// acknowledged in arrival order.
+    #[default]
+    Mqtt,
+    /// AMQP 1.0 on port 5671: messages can be completed, rejected or abandoned, each on its
+    /// own, in any order.
+    Amqp,
+}
+
+impl Transport {
+    /// The hub's TLS port for this transport (8883 for MQTT, 5671 for AMQP).
+    pub fn default_port(self) -> u16 {
+        match self {
+            Transport::Mqtt => 8883,
+            Transport::Amqp => 5671,
+        }
+    }
+
+    /// The transport's name as the docs and every binding spell it (`"mqtt"`, `"amqp"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Mqtt => "mqtt",
+            Transport::Amqp => "amqp",
+        }
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = Error;
+
+    /// `"mqtt"` or `"amqp"`, in any case.
+    ///
+    /// ```
+    /// use mqstate::iothub::Transport;
+    /// assert_eq!("AMQP".parse::<Transport>()?, Transport::Amqp);
+    /// assert!("http".parse::<Transport>().is_err());
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "mqtt" => Ok(Transport::Mqtt),
+            "amqp" => Ok(Transport::Amqp),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown transport {s:?} (expected \"mqtt\" or \"amqp\")"
+            ))),
+        }
+    }
+}
 
 /// How the device proves who it is.
 #[derive(Clone, PartialEq, Eq)]
@@ -71,24 +133,29 @@ pub struct DeviceOptions {
     pub device_id: String,
     /// The credentials.
     pub auth: DeviceAuth,
+    /// MQTT (the default) or AMQP; set it with [`DeviceOptions::with_transport`], which also
+    /// moves the port to the transport's default.
+    pub transport: Transport,
     /// Where to connect, when it is not `hostname` (a local hub on `127.0.0.1`).
     pub connect_host: Option<String>,
-    /// The TCP port (8883 with TLS, the default).
+    /// The TCP port (8883 for MQTT, 5671 for AMQP, with TLS: the defaults).
     pub port: u16,
     /// TLS settings; `None` is plain TCP, only for a local hub.
     pub tls: Option<TlsOptions>,
     /// Lifetime of each generated SAS token (default 1 hour, at least 10 s).
     pub token_lifetime: Duration,
-    /// MQTT keep-alive (default 60 s; IoT Hub accepts at most 1177 s).
+    /// MQTT keep-alive (default 60 s; IoT Hub accepts at most 1177 s); over AMQP, the idle
+    /// timeout the client announces in its Open (the hub then sends heartbeats).
     pub keep_alive: Duration,
     /// How long a connection attempt may take.
     pub connect_timeout: Duration,
-    /// How long `send_event` waits for the hub's PUBACK.
+    /// How long `send_event` waits for the hub's PUBACK (MQTT) or disposition (AMQP).
     pub operation_timeout: Duration,
     /// Backoff between reconnection attempts.
     pub reconnect: ReconnectPolicy,
     /// How many received messages may wait for the application before the client stops
-    /// reading from the socket (default 64).
+    /// reading from the socket (default 64). Over AMQP it is the receiver link's credit,
+    /// renewed as messages are settled.
     pub receive_buffer: usize,
     /// Appended to the username (`&DeviceClientType=...`), as the SDKs do; optional.
     pub client_type: Option<String>,
@@ -128,6 +195,7 @@ impl DeviceOptions {
             hostname: hostname.into(),
             device_id: device_id.into(),
             auth,
+            transport: Transport::Mqtt,
             connect_host: None,
             port: 8883,
             tls: Some(TlsOptions::default()),
@@ -264,6 +332,28 @@ impl DeviceOptions {
         self
     }
 
+    /// Chooses the transport (builder style). A port still at the other transport's default
+    /// moves to this one's (8883 <-> 5671); a port set otherwise is kept, so set the endpoint
+    /// after the transport.
+    ///
+    /// ```
+    /// use mqstate::iothub::{DeviceOptions, Transport};
+    /// let o = DeviceOptions::from_connection_string(
+    ///     "HostName=myhub.azure-devices.net;DeviceId=dev1;SharedAccessKey=c2VjcmV0",
+    /// )?
+    /// .with_transport(Transport::Amqp);
+    /// assert_eq!((o.transport, o.port), (Transport::Amqp, 5671));
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        if self.port == self.transport.default_port() {
+            self.port = transport.default_port();
+        }
+        self.transport = transport;
+        self
+    }
+
     /// Sets the lifetime of generated SAS tokens (builder style).
     #[must_use]
     pub fn with_token_lifetime(mut self, lifetime: Duration) -> Self {
@@ -379,6 +469,12 @@ impl DeviceOptions {
                     .is_none_or(|t| t.client_cert_file.is_none())
                 {
                     return bad("X.509 authentication needs TLS with a client certificate".into());
+                }
+                if self.transport == Transport::Amqp {
+                    // The AMQP transport authenticates with a SAS token put on $cbs only.
+                    return Err(Error::NotSupported(
+                        "X.509 authentication over AMQP is not supported by this client (use MQTT, or a shared access key)".into(),
+                    ));
                 }
             }
         }

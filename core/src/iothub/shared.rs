@@ -1,6 +1,6 @@
 //! What the device client's handles (the client, each received message) and its connection
-//! task share: the completion bookkeeping, the connection state, why the client stopped, and
-//! the counters.
+//! task share: the completion bookkeeping (MQTT's in-order PUBACKs, AMQP's per-message
+//! settlements), the connection state, why the client stopped, and the counters.
 //!
 //! The completions ([`AckState`]) are recorded by the application under a lock and taken by
 //! the connection task, which alone writes PUBACKs: a PUBACK released for one connection is
@@ -14,6 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::sync::{Notify, watch};
 
 use super::completion::{CompleteOutcome, InOrderAcks, Ticket};
+use super::settle::Settlements;
 use crate::client::ConnectionState;
 use crate::protocol::errors::Error;
 
@@ -32,14 +33,20 @@ pub struct DeviceStats {
     pub received: u64,
     /// Of those, recognised as redeliveries (DUP flag, or a message id seen before).
     pub redelivered: u64,
-    /// PUBACKs sent (completions released in order).
+    /// Completions sent: PUBACKs (MQTT, released in order) or accepted dispositions (AMQP).
     pub acknowledged: u64,
-    /// Completions that came too late: the connection their message arrived on was gone, or
-    /// the hub had delivered the message again since (its lock timed out).
+    /// Rejections sent (AMQP only).
+    pub rejected: u64,
+    /// Abandons sent (AMQP only).
+    pub abandoned: u64,
+    /// Settlements that came too late ([`crate::Error::LockLost`]): the connection their
+    /// message arrived on was gone, or the hub had delivered the message again since (its lock
+    /// timed out).
     pub stale_completions: u64,
     /// Connections made (the first included).
     pub connections: u64,
-    /// Reconnections made to renew the SAS token.
+    /// SAS token renewals: reconnections with a fresh token (MQTT), or fresh tokens put on
+    /// `$cbs` on the open connection (AMQP).
     pub token_renewals: u64,
     /// Messages whose property bag could not be decoded (reported and acknowledged).
     pub malformed: u64,
@@ -51,6 +58,8 @@ pub(super) struct Counters {
     pub(super) received: AtomicU64,
     pub(super) redelivered: AtomicU64,
     pub(super) acknowledged: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) abandoned: AtomicU64,
     pub(super) stale_completions: AtomicU64,
     pub(super) connections: AtomicU64,
     pub(super) token_renewals: AtomicU64,
@@ -70,6 +79,8 @@ impl Counters {
             received: l(&self.received),
             redelivered: l(&self.redelivered),
             acknowledged: l(&self.acknowledged),
+            rejected: l(&self.rejected),
+            abandoned: l(&self.abandoned),
             stale_completions: l(&self.stale_completions),
             connections: l(&self.connections),
             token_renewals: l(&self.token_renewals),
@@ -134,7 +145,10 @@ impl AckState {
 pub(super) struct Shared {
     pub(super) device_id: String,
     acks: Mutex<AckState>,
-    /// Wakes the connection task (a completion released PUBACKs, telemetry to send).
+    /// AMQP's per-message settlements (unused over MQTT).
+    settlements: Mutex<Settlements>,
+    /// Wakes the connection task (a completion released PUBACKs or queued a settlement,
+    /// telemetry to send).
     pub(super) wake: Notify,
     pub(super) state: watch::Sender<ConnectionState>,
     /// Why the client stopped, when it stopped on its own (authentication refused...).
@@ -156,6 +170,7 @@ impl Shared {
         Shared {
             device_id,
             acks: Mutex::new(AckState::default()),
+            settlements: Mutex::new(Settlements::default()),
             wake: Notify::new(),
             state: watch::channel(ConnectionState::Connecting).0,
             fatal: Mutex::new(None),
@@ -167,6 +182,11 @@ impl Shared {
         // A panic while holding this lock cannot leave it inconsistent (no partial updates
         // across awaits), so a poisoned lock is used as is.
         self.acks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The AMQP settlements (same poisoning rule as [`Shared::acks`]).
+    pub(super) fn settlements(&self) -> MutexGuard<'_, Settlements> {
+        self.settlements.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records why the client stopped (what later calls report).

@@ -74,6 +74,11 @@ pub enum Error {
     /// The operation does not exist for this protocol (IoT Hub's `reject` and `abandon` over
     /// MQTT). Nothing was sent.
     NotSupported(String),
+    /// An IoT Hub cloud-to-device message can no longer be settled (completed, rejected or
+    /// abandoned): the lock the hub held for this client was lost, because the connection or
+    /// link it arrived on closed, or the hub delivered the message again after its lock timed
+    /// out. Nothing was sent; the hub delivers the message again (settle that copy).
+    LockLost(String),
     /// A received message could not be decoded (a malformed IoT Hub property bag); the
     /// connection goes on. Its kind is [`ErrorKind::UnexpectedPayload`].
     MalformedMessage(String),
@@ -96,6 +101,7 @@ impl Error {
             Error::Lagged(_) => ErrorKind::Lagged,
             Error::Authentication(_) => ErrorKind::Authentication,
             Error::NotSupported(_) => ErrorKind::NotSupported,
+            Error::LockLost(_) => ErrorKind::LockLost,
             Error::MalformedMessage(_) => ErrorKind::UnexpectedPayload,
         }
     }
@@ -167,6 +173,7 @@ impl fmt::Display for Error {
             ),
             Error::Authentication(m) => write!(f, "authentication failed: {m}"),
             Error::NotSupported(m) => write!(f, "not supported: {m}"),
+            Error::LockLost(m) => write!(f, "lock lost: {m}"),
             Error::MalformedMessage(m) => write!(f, "malformed message: {m}"),
         }
     }
@@ -345,6 +352,8 @@ pub enum ErrorKind {
     Authentication,
     /// See [`Error::NotSupported`].
     NotSupported,
+    /// See [`Error::LockLost`].
+    LockLost,
 }
 
 impl ErrorKind {
@@ -361,6 +370,7 @@ impl ErrorKind {
             ErrorKind::Lagged => "lagged",
             ErrorKind::Authentication => "authentication",
             ErrorKind::NotSupported => "not_supported",
+            ErrorKind::LockLost => "lock_lost",
         }
     }
 }

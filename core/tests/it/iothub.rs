@@ -4,70 +4,10 @@
 use std::time::Duration;
 
 use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry};
-use mqstate::{ConnectionState, ErrorKind, ReconnectPolicy};
-use mqstate_server::iothub::{
-    Ack, C2dMessage as HubMessage, DeviceSpec, IotHub, IotHubConfig, IotHubServer, MessageState,
-};
+use mqstate::{ConnectionState, ErrorKind};
+use mqstate_server::iothub::{Ack, C2dMessage as HubMessage, IotHubConfig, MessageState};
 
-/// Generous: the machine running the tests may be very busy.
-const WAIT: Duration = Duration::from_secs(30);
-
-async fn hub(config: IotHubConfig, devices: &[&str]) -> (IotHubServer, IotHub) {
-    let server = IotHubServer::start(IotHubConfig {
-        admin_port: None,
-        ..config
-    })
-    .await
-    .unwrap();
-    let hub = server.hub();
-    for d in devices {
-        hub.add_device(&DeviceSpec::parse(d).unwrap()).unwrap();
-    }
-    (server, hub)
-}
-
-fn options(hub: &IotHub, device: &str) -> DeviceOptions {
-    let port = hub.endpoints().device_endpoint.unwrap().port();
-    DeviceOptions::from_connection_string(&hub.connection_string(device).unwrap())
-        .unwrap()
-        .with_plain_tcp("127.0.0.1", port)
-        .with_reconnect(ReconnectPolicy::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        ))
-}
-
-async fn receive(client: &DeviceClient) -> mqstate::iothub::C2dMessage {
-    tokio::time::timeout(WAIT, client.receive())
-        .await
-        .expect("no message within the wait")
-        .unwrap()
-}
-
-/// Waits until `check` holds for the hub's view of the device queue.
-async fn eventually(
-    hub: &IotHub,
-    device: &str,
-    what: &str,
-    check: impl Fn(&mqstate_server::iothub::QueueInfo) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let q = hub.queue(device).unwrap();
-        if check(&q) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {q:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn completed(q: &mqstate_server::iothub::QueueInfo) -> usize {
-    q.finished
-        .iter()
-        .filter(|m| m.state == MessageState::Completed)
-        .count()
-}
+use crate::common::iothub::{WAIT, completed, eventually, hub, mqtt_options as options, receive};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receives_every_system_property_url_decoded_with_null_and_empty() {
@@ -173,7 +113,7 @@ async fn a_message_not_completed_is_redelivered_after_the_lock_timeout() {
     })
     .await;
     let e = first.complete().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Disconnected, "{e}");
+    assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
     assert!(e.to_string().contains("delivered again"), "{e}");
     let info = &hub.queue("dev1").unwrap().finished[0];
     assert!(info.delivery_count >= 2, "{info:?}");
@@ -293,7 +233,7 @@ async fn a_dropped_connection_is_restored_and_open_messages_come_back_as_redeliv
     assert_eq!(again.message_id.as_deref(), Some("kept"));
     assert!(again.is_redelivery());
     let e = before.complete().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Disconnected, "{e}");
+    assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
     again.complete().unwrap();
     eventually(&hub, "dev1", "completed", |q| {
         q.depth == 0 && completed(q) == 1

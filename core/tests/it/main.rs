@@ -20,6 +20,7 @@ mod common;
 mod connect_packet;
 mod fuzz_decoders;
 mod iothub;
+mod iothub_amqp;
 mod iothub_x509;
 mod lock;
 mod prop_hlc;

@@ -10,14 +10,16 @@ use crate::convert::{duration_arg, owned_bytes_arg};
 use crate::errors;
 use crate::runtime::{runtime, wait};
 
-/// `mqstate.testing.LocalIotHub`: the local IoT Hub in-process (device endpoint on a free
-/// loopback port, plain TCP), with the service-side calls tests need.
+/// `mqstate.testing.LocalIotHub`: the local IoT Hub in-process (MQTT device endpoint on a free
+/// loopback port, plain TCP; AMQP over TLS with a generated certificate), with the
+/// service-side calls tests need.
 #[pyclass(module = "mqstate.testing", name = "LocalIotHub", frozen)]
 #[derive(Debug)]
 pub(crate) struct LocalIotHub {
     server: Mutex<Option<mqstate_server::iothub::IotHubServer>>,
     hub: mqstate_server::iothub::IotHub,
     port: u16,
+    amqp_port: u16,
 }
 
 fn hub_error(py: Python<'_>, e: mqstate_server::iothub::IotHubError) -> PyErr {
@@ -26,14 +28,24 @@ fn hub_error(py: Python<'_>, e: mqstate_server::iothub::IotHubError) -> PyErr {
 
 #[pymethods]
 impl LocalIotHub {
-    /// Starts a hub; `lock_timeout` (seconds) shortens the 60 s message lock.
+    /// Starts a hub; `lock_timeout` (seconds) shortens the 60 s message lock,
+    /// `max_delivery_count` lowers the 10 deliveries after which a message is dead-lettered.
+    /// Feedback records are made at once (batches of one).
     #[new]
-    #[pyo3(signature = (*, lock_timeout = None))]
-    fn new(py: Python<'_>, lock_timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (*, lock_timeout = None, max_delivery_count = None))]
+    fn new(
+        py: Python<'_>,
+        lock_timeout: Option<&Bound<'_, PyAny>>,
+        max_delivery_count: Option<u32>,
+    ) -> PyResult<Self> {
         let mut config = mqstate_server::iothub::IotHubConfig {
             admin_port: None,
+            feedback_batch_size: 1,
             ..Default::default()
         };
+        if let Some(n) = max_delivery_count {
+            config.max_delivery_count = n;
+        }
         if let Some(t) = lock_timeout {
             config.lock_timeout = duration_arg(t, "lock_timeout")?;
         }
@@ -54,10 +66,12 @@ impl LocalIotHub {
         })?;
         let hub = server.hub();
         let port = hub.endpoints().device_endpoint.map_or(0, |a| a.port());
+        let amqp_port = hub.endpoints().amqp_endpoint.map_or(0, |a| a.port());
         Ok(LocalIotHub {
             server: Mutex::new(Some(server)),
             hub,
             port,
+            amqp_port,
         })
     }
 
@@ -65,6 +79,43 @@ impl LocalIotHub {
     #[getter]
     fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The AMQP endpoint's port (TLS on 127.0.0.1; trust [`LocalIotHub::ca_pem`]).
+    #[getter]
+    fn amqp_port(&self) -> u16 {
+        self.amqp_port
+    }
+
+    /// The PEM certificate the hub generated for its TLS endpoints (write it to a file for
+    /// `ca_file=`).
+    #[getter]
+    fn ca_pem(&self) -> Option<String> {
+        self.hub.ca_certificate_pem()
+    }
+
+    /// The status of the newest feedback record of `message_id` (`"Success"`, `"Rejected"`,
+    /// `"DeliveryCountExceeded"`, ...), or `None` while there is none.
+    fn feedback(&self, message_id: &str) -> Option<String> {
+        self.hub
+            .recent_feedback()
+            .into_iter()
+            .rev()
+            .find(|r| r.original_message_id.as_deref() == Some(message_id))
+            .map(|r| format!("{:?}", r.status_code))
+    }
+
+    /// How many of the device's recent messages were dead-lettered.
+    fn dead_lettered(&self, py: Python<'_>, device_id: &str) -> PyResult<usize> {
+        self.hub
+            .queue(device_id)
+            .map(|q| {
+                q.finished
+                    .iter()
+                    .filter(|m| m.state == mqstate_server::iothub::MessageState::DeadLettered)
+                    .count()
+            })
+            .map_err(|e| hub_error(py, e))
     }
 
     /// Registers a device (with a generated key) and returns its connection string, pointed
@@ -80,8 +131,9 @@ impl LocalIotHub {
         Ok(format!("{cs};GatewayHostName=127.0.0.1"))
     }
 
-    /// Sends a C2D message; `properties` are (name, value) pairs (value `None` = null).
-    #[pyo3(signature = (device_id, payload, *, message_id = None, correlation_id = None, user_id = None, content_type = None, content_encoding = None, properties = None))]
+    /// Sends a C2D message; `properties` are (name, value) pairs (value `None` = null); `ack`
+    /// is the feedback asked for (`"none"`, `"positive"`, `"negative"`, `"full"`).
+    #[pyo3(signature = (device_id, payload, *, message_id = None, correlation_id = None, user_id = None, content_type = None, content_encoding = None, properties = None, ack = None))]
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
@@ -94,8 +146,24 @@ impl LocalIotHub {
         content_type: Option<String>,
         content_encoding: Option<String>,
         properties: Option<Vec<(String, Option<String>)>>,
+        ack: Option<String>,
     ) -> PyResult<()> {
         let mut m = mqstate_server::iothub::C2dMessage::new(owned_bytes_arg(payload, "payload")?);
+        if let Some(ack) = ack {
+            let ack = match ack.as_str() {
+                "none" => mqstate_server::iothub::Ack::None,
+                "positive" => mqstate_server::iothub::Ack::Positive,
+                "negative" => mqstate_server::iothub::Ack::Negative,
+                "full" => mqstate_server::iothub::Ack::Full,
+                other => {
+                    return Err(errors::invalid_argument(
+                        py,
+                        format!("ack {other:?}: none, positive, negative or full"),
+                    ));
+                }
+            };
+            m = m.ack(ack);
+        }
         m.message_id = message_id;
         m.correlation_id = correlation_id;
         m.user_id = user_id;

@@ -496,6 +496,7 @@ static const char *kind_of_status(mqstate_status s) {
     case MQSTATE_LAGGED: return "lagged";
     case MQSTATE_AUTHENTICATION_FAILED: return "authentication";
     case MQSTATE_NOT_SUPPORTED: return "not_supported";
+    case MQSTATE_LOCK_LOST: return "lock_lost";
     default: return NULL;
     }
 }

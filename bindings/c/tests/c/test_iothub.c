@@ -323,7 +323,7 @@ static void test_redelivery_after_lock_timeout(void) {
         CHECK_STR(system_property(second, "message_id"), "m-redeliver");
         CHECK_OK(mqstate_c2d_complete(second));
         CHECK(wait_completed(id, 1));
-        CHECK_STATUS(mqstate_c2d_complete(first), MQSTATE_DISCONNECTED);
+        CHECK_STATUS(mqstate_c2d_complete(first), MQSTATE_LOCK_LOST);
         CHECK_MESSAGE_HAS("delivered again");
     }
     mqstate_c2d_message_free(first);

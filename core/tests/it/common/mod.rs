@@ -17,6 +17,7 @@ use mqstate_testing::fault_proxy::FaultProxy;
 use mqstate_testing::{self as testing, TestStore};
 use tokio::task::JoinHandle;
 
+pub mod iothub;
 pub mod vectors;
 
 /// Bound on anything that must happen (generous: slowness is not a failure, a hang is).

@@ -1,0 +1,157 @@
+//! The local IoT Hub for the device client's tests (`iothub`, `iothub_amqp`): started
+//! in-process, its devices, device options for either transport, and waiting on its queues.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mqstate::ReconnectPolicy;
+use mqstate::TlsOptions;
+use mqstate::iothub::{C2dMessage, DeviceClient, DeviceOptions, Transport};
+use mqstate_server::iothub::{
+    DeviceSpec, DeviceTls, FeedbackStatus, IotHub, IotHubConfig, IotHubServer, MessageState,
+    QueueInfo,
+};
+
+/// Generous: the machine running the tests may be very busy.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Starts a hub with `config` (no admin port) and registers `devices` (`ID[:KEY]`).
+pub async fn hub(config: IotHubConfig, devices: &[&str]) -> (IotHubServer, IotHub) {
+    let server = IotHubServer::start(IotHubConfig {
+        admin_port: None,
+        ..config
+    })
+    .await
+    .unwrap();
+    let hub = server.hub();
+    for d in devices {
+        hub.add_device(&DeviceSpec::parse(d).unwrap()).unwrap();
+    }
+    (server, hub)
+}
+
+/// Fast reconnection, for tests that drop connections.
+fn fast_reconnect() -> ReconnectPolicy {
+    ReconnectPolicy::new(Duration::from_millis(50), Duration::from_millis(500))
+}
+
+/// MQTT over loopback TCP to the hub's device endpoint.
+pub fn mqtt_options(hub: &IotHub, device: &str) -> DeviceOptions {
+    let port = hub.endpoints().device_endpoint.unwrap().port();
+    DeviceOptions::from_connection_string(&hub.connection_string(device).unwrap())
+        .unwrap()
+        .with_plain_tcp("127.0.0.1", port)
+        .with_reconnect(fast_reconnect())
+}
+
+/// The hub's generated CA certificate in a file, for TLS options (kept while the value lives).
+#[derive(Debug)]
+pub struct CaFile {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl CaFile {
+    /// The certificate the hub generated at start.
+    pub fn of(hub: &IotHub) -> CaFile {
+        CaFile::from_pem(&hub.ca_certificate_pem().expect("a generated certificate"))
+    }
+
+    /// A PEM certificate.
+    pub fn from_pem(pem: &str) -> CaFile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub-ca.pem");
+        std::fs::write(&path, pem).unwrap();
+        CaFile { _dir: dir, path }
+    }
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1` in files, for a hub that must
+/// present the same certificate across a restart ([`DeviceTls::Files`]); the certificate is
+/// also what clients trust.
+pub fn fixed_tls() -> (tempfile::TempDir, DeviceTls, CaFile) {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    let ca = CaFile::from_pem(&generated.cert.pem());
+    (dir, DeviceTls::Files { cert, key }, ca)
+}
+
+/// AMQP over TLS to the hub's AMQP endpoint on 127.0.0.1 (`port`: the endpoint's port, or
+/// another one, e.g. a restarted hub's), trusting `ca`.
+pub fn amqp_options(hub: &IotHub, device: &str, port: u16, ca: &CaFile) -> DeviceOptions {
+    DeviceOptions::from_connection_string(&hub.connection_string(device).unwrap())
+        .unwrap()
+        .with_transport(Transport::Amqp)
+        .with_endpoint(
+            "127.0.0.1",
+            port,
+            TlsOptions::default().with_ca_file(&ca.path),
+        )
+        .with_reconnect(fast_reconnect())
+}
+
+/// The port of the hub's AMQP endpoint.
+pub fn amqp_port(hub: &IotHub) -> u16 {
+    hub.endpoints().amqp_endpoint.unwrap().port()
+}
+
+/// The next message, within [`WAIT`].
+pub async fn receive(client: &DeviceClient) -> C2dMessage {
+    tokio::time::timeout(WAIT, client.receive())
+        .await
+        .expect("no message within the wait")
+        .unwrap()
+}
+
+/// Waits until `check` holds for the hub's view of the device queue.
+pub async fn eventually(
+    hub: &IotHub,
+    device: &str,
+    what: &str,
+    check: impl Fn(&QueueInfo) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let q = hub.queue(device).unwrap();
+        if check(&q) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {q:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Messages of the queue in state `state` among the finished ones.
+pub fn finished(q: &QueueInfo, state: MessageState) -> usize {
+    q.finished.iter().filter(|m| m.state == state).count()
+}
+
+/// Completed messages of the queue.
+pub fn completed(q: &QueueInfo) -> usize {
+    finished(q, MessageState::Completed)
+}
+
+/// Waits for the hub's feedback record of `message_id`.
+pub async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(r) = hub
+            .recent_feedback()
+            .into_iter()
+            .find(|r| r.original_message_id.as_deref() == Some(message_id))
+        {
+            return r.status_code;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no feedback for {message_id}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
