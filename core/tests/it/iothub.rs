@@ -5,52 +5,21 @@ use std::time::Duration;
 
 use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry};
 use mqstate::{ConnectionState, ErrorKind};
-use mqstate_server::iothub::{Ack, C2dMessage as HubMessage, IotHubConfig, MessageState};
+use mqstate_server::iothub::{C2dMessage as HubMessage, IotHubConfig, MessageState};
 
-use crate::common::iothub::{WAIT, completed, eventually, hub, mqtt_options as options, receive};
+use crate::common::iothub::{
+    WAIT, assert_every_property, completed, eventually, hub, message_with_every_property,
+    mqtt_options as options, receive,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receives_every_system_property_url_decoded_with_null_and_empty() {
     let (_server, hub) = hub(IotHubConfig::default(), &["dev1"]).await;
     let client = DeviceClient::connect(options(&hub, "dev1")).await.unwrap();
     assert_eq!(client.state(), ConnectionState::Connected);
-    hub.send(
-        "dev1",
-        HubMessage::new(&b"\x00binary\xff"[..])
-            .message_id("id 1/é")
-            .correlation_id("corr&1")
-            .user_id("user=1")
-            .content_type("application/json")
-            .content_encoding("utf-8")
-            .ack(Ack::Full)
-            .property("colour", Some("dark blue/€&x=y"))
-            .property("nothing", None)
-            .property("empty", Some("")),
-    )
-    .unwrap();
+    hub.send("dev1", message_with_every_property()).unwrap();
     let m = receive(&client).await;
-    assert_eq!(&m.payload[..], b"\x00binary\xff");
-    assert_eq!(m.message_id.as_deref(), Some("id 1/é"));
-    assert_eq!(m.correlation_id.as_deref(), Some("corr&1"));
-    assert_eq!(m.user_id.as_deref(), Some("user=1"));
-    assert_eq!(m.to.as_deref(), Some("/devices/dev1/messages/devicebound"));
-    assert!(
-        m.expiry_time.as_deref().unwrap().ends_with('Z'),
-        "{:?}",
-        m.expiry_time
-    );
-    assert_eq!(m.content_type.as_deref(), Some("application/json"));
-    assert_eq!(m.content_encoding.as_deref(), Some("utf-8"));
-    assert_eq!(m.ack.as_deref(), Some("full"));
-    assert_eq!(
-        m.properties,
-        vec![
-            ("colour".to_owned(), Some("dark blue/€&x=y".to_owned())),
-            ("nothing".to_owned(), None),
-            ("empty".to_owned(), Some(String::new())),
-        ]
-    );
-    assert!(!m.is_redelivery());
+    assert_every_property(&m);
     // Not completed yet: the hub holds it Invisible.
     eventually(&hub, "dev1", "invisible", |q| {
         q.messages.len() == 1 && q.messages[0].state == MessageState::Invisible

@@ -13,8 +13,8 @@ use mqstate_server::iothub::{
 };
 
 use crate::common::iothub::{
-    CaFile, WAIT, amqp_options, amqp_port, completed, eventually, feedback, finished, fixed_tls,
-    hub, receive,
+    CaFile, WAIT, amqp_options, amqp_port, assert_every_property, completed, eventually, feedback,
+    finished, fixed_tls, hub, message_with_every_property, receive,
 };
 
 /// Feedback right away, so that each test can read its records.
@@ -33,44 +33,10 @@ async fn receives_every_property_and_completes_with_success_feedback() {
     assert_eq!(options.transport, Transport::Amqp);
     let client = DeviceClient::connect(options).await.unwrap();
     assert_eq!(client.state(), ConnectionState::Connected);
-    hub.send(
-        "dev1",
-        HubMessage::new(&b"\x00binary\xff"[..])
-            .message_id("id 1/é")
-            .correlation_id("corr&1")
-            .user_id("user=1")
-            .content_type("application/json")
-            .content_encoding("utf-8")
-            .ack(Ack::Full)
-            .property("colour", Some("dark blue/€&x=y"))
-            .property("nothing", None)
-            .property("empty", Some("")),
-    )
-    .unwrap();
+    hub.send("dev1", message_with_every_property()).unwrap();
     let m = receive(&client).await;
-    assert_eq!(&m.payload[..], b"\x00binary\xff");
-    assert_eq!(m.message_id.as_deref(), Some("id 1/é"));
-    assert_eq!(m.correlation_id.as_deref(), Some("corr&1"));
-    assert_eq!(m.user_id.as_deref(), Some("user=1"));
-    assert_eq!(m.to.as_deref(), Some("/devices/dev1/messages/devicebound"));
-    assert!(
-        m.expiry_time.as_deref().unwrap().ends_with('Z'),
-        "{:?}",
-        m.expiry_time
-    );
-    assert_eq!(m.content_type.as_deref(), Some("application/json"));
-    assert_eq!(m.content_encoding.as_deref(), Some("utf-8"));
-    assert_eq!(m.ack.as_deref(), Some("full"));
-    assert_eq!(
-        m.properties,
-        vec![
-            ("colour".to_owned(), Some("dark blue/€&x=y".to_owned())),
-            ("nothing".to_owned(), None),
-            ("empty".to_owned(), Some(String::new())),
-        ]
-    );
+    assert_every_property(&m);
     assert_eq!(m.delivery_count(), Some(0));
-    assert!(!m.is_redelivery());
     eventually(&hub, "dev1", "invisible", |q| {
         q.messages.len() == 1 && q.messages[0].state == MessageState::Invisible
     })

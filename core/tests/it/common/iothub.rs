@@ -155,3 +155,45 @@ pub async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A message with every system property (URL-special and non-ASCII characters in them), a
+/// null and an empty application property, full acknowledgement: what every transport must
+/// deliver unchanged ([`assert_every_property`]).
+pub fn message_with_every_property() -> mqstate_server::iothub::C2dMessage {
+    mqstate_server::iothub::C2dMessage::new(&b"\x00binary\xff"[..])
+        .message_id("id 1/é")
+        .correlation_id("corr&1")
+        .user_id("user=1")
+        .content_type("application/json")
+        .content_encoding("utf-8")
+        .ack(mqstate_server::iothub::Ack::Full)
+        .property("colour", Some("dark blue/€&x=y"))
+        .property("nothing", None)
+        .property("empty", Some(""))
+}
+
+/// Asserts that `m` is [`message_with_every_property`] as `dev1` received it, first delivery.
+pub fn assert_every_property(m: &C2dMessage) {
+    assert_eq!(&m.payload[..], b"\x00binary\xff");
+    assert_eq!(m.message_id.as_deref(), Some("id 1/é"));
+    assert_eq!(m.correlation_id.as_deref(), Some("corr&1"));
+    assert_eq!(m.user_id.as_deref(), Some("user=1"));
+    assert_eq!(m.to.as_deref(), Some("/devices/dev1/messages/devicebound"));
+    assert!(
+        m.expiry_time.as_deref().unwrap().ends_with('Z'),
+        "{:?}",
+        m.expiry_time
+    );
+    assert_eq!(m.content_type.as_deref(), Some("application/json"));
+    assert_eq!(m.content_encoding.as_deref(), Some("utf-8"));
+    assert_eq!(m.ack.as_deref(), Some("full"));
+    assert_eq!(
+        m.properties,
+        vec![
+            ("colour".to_owned(), Some("dark blue/€&x=y".to_owned())),
+            ("nothing".to_owned(), None),
+            ("empty".to_owned(), Some(String::new())),
+        ]
+    );
+    assert!(!m.is_redelivery());
+}
