@@ -11,7 +11,7 @@ use pyo3::exceptions::PyStopAsyncIteration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use mqstate::iothub::{self as core, DeviceOptions, Telemetry};
+use mqstate::iothub::{self as core, DeviceOptions, DeviceSettings, Telemetry};
 
 use crate::aio;
 use crate::call::Call;
@@ -22,46 +22,32 @@ use crate::runtime::{call, runtime, wait};
 /// How long one blocking wait lasts before checking for signals (Ctrl-C).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
-/// Builds the core options from a connection string and keyword overrides.
+/// Builds the core options from a connection string and keyword overrides: this fills a
+/// [`DeviceSettings`], whose `resolve` holds every rule of the merge.
 fn options(
     py: Python<'_>,
     connection_string: &str,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<DeviceOptions> {
     let to_py = |e: mqstate::Error| errors::to_py(py, &e);
-    let mut o = DeviceOptions::from_connection_string(connection_string).map_err(to_py)?;
-    let Some(kwargs) = kwargs else {
-        return Ok(o);
-    };
-    let mut tls = o.tls.take();
-    for (key, value) in kwargs.iter() {
+    let mut s = DeviceSettings::new(connection_string);
+    for (key, value) in kwargs.into_iter().flat_map(|k| k.iter()) {
         let key: String = key.extract()?;
         match key.as_str() {
-            "transport" => {
-                let name: String = value.extract()?;
-                let transport: core::Transport = name.parse().map_err(to_py)?;
-                o = o.with_transport(transport);
+            "transport" => s.transport = Some(value.extract::<String>()?.parse().map_err(to_py)?),
+            "host" => s.host = Some(value.extract()?),
+            "port" => s.port = Some(value.extract()?),
+            "tls" => s.tls = Some(value.extract()?),
+            "ca_file" => s.ca_file = Some(value.extract()?),
+            "cert_file" => s.cert_file = Some(value.extract()?),
+            "key_file" => s.key_file = Some(value.extract()?),
+            "token_lifetime" => s.token_lifetime = Some(duration_arg(&value, "token_lifetime")?),
+            "receive_buffer" => s.receive_buffer = Some(value.extract()?),
+            "keep_alive" => s.keep_alive = Some(duration_arg(&value, "keep_alive")?),
+            "operation_timeout" => {
+                s.operation_timeout = Some(duration_arg(&value, "operation_timeout")?)
             }
-            "host" => o.connect_host = Some(value.extract()?),
-            "port" => o.port = value.extract()?,
-            "tls" => {
-                let on: bool = value.extract()?;
-                tls = if on {
-                    Some(tls.unwrap_or_default())
-                } else {
-                    None
-                };
-            }
-            "ca_file" => {
-                let path: std::path::PathBuf = value.extract()?;
-                tls = Some(tls.unwrap_or_default().with_ca_file(path));
-            }
-            "cert_file" | "key_file" => {}
-            "token_lifetime" => o.token_lifetime = duration_arg(&value, "token_lifetime")?,
-            "receive_buffer" => o.receive_buffer = value.extract()?,
-            "keep_alive" => o.keep_alive = duration_arg(&value, "keep_alive")?,
-            "operation_timeout" => o.operation_timeout = duration_arg(&value, "operation_timeout")?,
-            "connect_timeout" => o.connect_timeout = duration_arg(&value, "connect_timeout")?,
+            "connect_timeout" => s.connect_timeout = Some(duration_arg(&value, "connect_timeout")?),
             other => {
                 return Err(errors::invalid_argument(
                     py,
@@ -72,27 +58,7 @@ fn options(
             }
         }
     }
-    let cert: Option<std::path::PathBuf> = kwargs
-        .get_item("cert_file")?
-        .map(|v| v.extract())
-        .transpose()?;
-    let key: Option<std::path::PathBuf> = kwargs
-        .get_item("key_file")?
-        .map(|v| v.extract())
-        .transpose()?;
-    if cert.is_some() || key.is_some() {
-        match (cert, key) {
-            (Some(c), Some(k)) => tls = Some(tls.unwrap_or_default().with_client_cert(c, k)),
-            _ => {
-                return Err(errors::invalid_argument(
-                    py,
-                    "an X.509 client certificate needs both cert_file and key_file",
-                ));
-            }
-        }
-    }
-    o.tls = tls;
-    Ok(o)
+    s.resolve().map_err(to_py)
 }
 
 fn telemetry(

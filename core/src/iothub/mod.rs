@@ -101,6 +101,8 @@ mod redelivery;
 mod renewal;
 pub mod sas;
 #[cfg(feature = "client")]
+mod settings;
+#[cfg(feature = "client")]
 mod settle;
 #[cfg(feature = "client")]
 mod shared;
@@ -115,5 +117,7 @@ pub use message::{MessageContent, Telemetry};
 #[cfg(feature = "client")]
 pub use options::{API_VERSION, DeviceAuth, DeviceOptions, Transport};
 pub use properties::Property;
+#[cfg(feature = "client")]
+pub use settings::DeviceSettings;
 #[cfg(feature = "client")]
 pub use shared::DeviceStats;
