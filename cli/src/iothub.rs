@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use mqstate_server::iothub::admin::{AdminClient, SendRequest};
+use mqstate_server::iothub::admin::{AddDeviceRequest, AdminClient, SendRequest};
 use mqstate_server::iothub::{
     Ack, AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceSpec, DeviceTls, IotHubConfig,
@@ -281,13 +281,23 @@ pub enum IotHubCommand {
 /// `mqstate iothub device ...`.
 #[derive(Debug, Subcommand)]
 pub enum DeviceCommand {
-    /// Register a device (prints it, with its keys).
+    /// Register a device (prints it, with its keys): a SAS device, or with --x509-thumbprint
+    /// or --x509-ca an X.509 device (docs/iothub.md, "X.509 devices").
     Add {
         /// The device id.
         id: String,
         /// Its primary key (base64 of 16 to 64 bytes); generated if absent.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["x509_thumbprint", "x509_ca"])]
         key: Option<String>,
+        /// A self-signed X.509 device: the SHA-1 or SHA-256 thumbprint (hex) of its
+        /// certificate (`openssl x509 -noout -fingerprint -sha256 -in dev.pem`); given twice,
+        /// the second is the secondary thumbprint.
+        #[arg(long, value_name = "HEX", num_args = 1, action = clap::ArgAction::Append, conflicts_with = "x509_ca")]
+        x509_thumbprint: Vec<String>,
+        /// A CA-signed X.509 device: its certificate chains to a CA of the hub's
+        /// --iothub-ca-file and its subject CN is the device id.
+        #[arg(long)]
+        x509_ca: bool,
     },
     /// List the devices.
     List,
@@ -379,8 +389,27 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
         .with_token(args.token);
     let e = |e: mqstate_server::iothub::admin::AdminError| e.to_string();
     match args.command {
-        IotHubCommand::Device(DeviceCommand::Add { id, key }) => {
-            print_json(&admin.add_device(&id, key).await.map_err(e)?, true)
+        IotHubCommand::Device(DeviceCommand::Add {
+            id,
+            key,
+            x509_thumbprint,
+            x509_ca,
+        }) => {
+            if x509_thumbprint.len() > 2 {
+                return Err("--x509-thumbprint is given at most twice (primary, secondary)".into());
+            }
+            let mut thumbprints = x509_thumbprint.into_iter();
+            let request = AddDeviceRequest {
+                primary_key: key,
+                authentication: x509_ca.then(|| "certificateAuthority".to_owned()),
+                primary_thumbprint: thumbprints.next(),
+                secondary_thumbprint: thumbprints.next(),
+                ..AddDeviceRequest::default()
+            };
+            print_json(
+                &admin.register_device(&id, &request).await.map_err(e)?,
+                true,
+            )
         }
         IotHubCommand::Device(DeviceCommand::List) => {
             for d in admin.devices().await.map_err(e)? {

@@ -77,6 +77,47 @@ async fn serve_and_the_iothub_commands() {
     );
     assert!(listed.contains("\ndev2\t"), "{listed}");
 
+    // X.509 devices: self-signed by thumbprint (two: primary, secondary), or CA-signed.
+    let thumbprint = "ab".repeat(32);
+    let x1 = json(&ok(
+        &url,
+        &[
+            "device",
+            "add",
+            "x1",
+            "--x509-thumbprint",
+            &thumbprint,
+            "--x509-thumbprint",
+            &"CD".repeat(20),
+        ],
+    ));
+    assert_eq!(x1["authentication"]["type"], "selfSigned", "{x1}");
+    assert_eq!(
+        x1["authentication"]["primaryThumbprint"],
+        thumbprint.to_uppercase(),
+        "{x1}"
+    );
+    assert_eq!(
+        x1["authentication"]["secondaryThumbprint"],
+        "CD".repeat(20),
+        "{x1}"
+    );
+    let x2 = json(&ok(&url, &["device", "add", "x2", "--x509-ca"]));
+    assert_eq!(x2["authentication"]["type"], "certificateAuthority", "{x2}");
+    let listed = ok(&url, &["device", "list"]);
+    assert!(
+        listed.contains("\nx1\tDisconnected\tqueue=0\tgeneration="),
+        "{listed}"
+    );
+    assert!(listed.contains("auth=selfSigned"), "{listed}");
+    assert!(listed.contains("auth=certificateAuthority"), "{listed}");
+    for id in ["x1", "x2"] {
+        assert_eq!(
+            ok(&url, &["device", "remove", id]),
+            format!("removed {id}\n")
+        );
+    }
+
     // The service connection strings of the shared access policies (iothubowner by default).
     let owner = ok(&url, &["connection-string"]);
     assert!(
@@ -202,6 +243,35 @@ async fn serve_and_the_iothub_commands() {
             "at most 2 days",
         ),
         (vec!["device", "add", "dev1"], "already registered"),
+        (
+            vec!["device", "add", "x3", "--x509-thumbprint", "12"],
+            "thumbprint",
+        ),
+        (
+            vec![
+                "device",
+                "add",
+                "x3",
+                "--x509-thumbprint",
+                "ab",
+                "--x509-ca",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "device",
+                "add",
+                "x3",
+                "--x509-thumbprint",
+                "a",
+                "--x509-thumbprint",
+                "b",
+                "--x509-thumbprint",
+                "c",
+            ],
+            "at most twice",
+        ),
         (
             vec!["connection-string", "--policy", "nobody"],
             "no shared access policy named \"nobody\"",

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use mqstate_server::iothub::admin::{AdminClient, AdminError, SendRequest};
+use mqstate_server::iothub::admin::{AddDeviceRequest, AdminClient, AdminError, SendRequest};
 use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, DeviceTls, FEEDBACK_CONTENT_TYPE, FeedbackBatch, FeedbackStatus,
     IotHub, IotHubConfig, IotHubError, IotHubServer, LockedMessage, MessageState, Settlement, sas,
@@ -834,6 +834,54 @@ async fn the_http_admin_api_and_local_server() {
             }
         ),
         "{err}"
+    );
+
+    // A body that mixes credentials of two kinds is refused, nothing registered.
+    for (request, why) in [
+        (
+            AddDeviceRequest {
+                authentication: Some("selfSigned".into()),
+                ..AddDeviceRequest::default()
+            },
+            "primaryThumbprint",
+        ),
+        (
+            AddDeviceRequest {
+                primary_thumbprint: Some("AB".repeat(20)),
+                primary_key: Some("c2VjcmV0c2VjcmV0c2VjcmV0".into()),
+                ..AddDeviceRequest::default()
+            },
+            "keys are for sas devices",
+        ),
+        (
+            AddDeviceRequest {
+                authentication: Some("certificateAuthority".into()),
+                primary_thumbprint: Some("AB".repeat(20)),
+                ..AddDeviceRequest::default()
+            },
+            "thumbprints are for selfSigned devices",
+        ),
+        (
+            AddDeviceRequest {
+                authentication: Some("tpm".into()),
+                ..AddDeviceRequest::default()
+            },
+            "expected \"sas\"",
+        ),
+    ] {
+        let err = admin.register_device("x9", &request).await.unwrap_err();
+        assert!(
+            matches!(&err, AdminError::Api { status: 400, message, .. } if message.contains(why)),
+            "{request:?}: {err}"
+        );
+    }
+    assert!(
+        admin
+            .devices()
+            .await
+            .unwrap()
+            .iter()
+            .all(|d| d.device_id != "x9")
     );
 
     let credentials = admin

@@ -20,7 +20,8 @@ use crate::iothub::IotHubError;
 use crate::iothub::domain::hub::IotHub;
 use crate::iothub::domain::message::{Ack, C2dMessage, Expiry, format_time};
 use crate::iothub::domain::policies::Right;
-use crate::iothub::domain::registry::DeviceSpec;
+use crate::iothub::domain::registry::{DeviceSpec, DeviceUpdate};
+use crate::iothub::domain::x509::Authentication;
 
 /// The longest a request may wait for feedback or telemetry (`waitSecs`).
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -133,7 +134,9 @@ impl SendRequest {
     }
 }
 
-/// The body of `PUT /devices/{id}` (both keys optional: generated when absent).
+/// The body of `PUT /devices/{id}`: a SAS device (both keys optional: generated when absent),
+/// or an X.509 device (docs/iothub.md, "X.509 devices"): `selfSigned` with its certificate's
+/// thumbprints, or `certificateAuthority`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AddDeviceRequest {
@@ -143,6 +146,53 @@ pub struct AddDeviceRequest {
     /// Secondary key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secondary_key: Option<String>,
+    /// IoT Hub's `authentication.type`: `sas` (the default), `selfSigned` (the default when a
+    /// thumbprint is given) or `certificateAuthority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<String>,
+    /// SHA-1 or SHA-256 thumbprint (hex) of a `selfSigned` device's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_thumbprint: Option<String>,
+    /// The second certificate's thumbprint (certificate rollover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secondary_thumbprint: Option<String>,
+}
+
+impl AddDeviceRequest {
+    /// How the device authenticates; refuses keys with a certificate type and thumbprints
+    /// with another type, so that nothing given is silently ignored.
+    fn authentication(&self) -> Result<Authentication, IotHubError> {
+        let thumbprints = self.primary_thumbprint.is_some() || self.secondary_thumbprint.is_some();
+        let kind = match (self.authentication.as_deref(), thumbprints) {
+            (Some(kind), _) => kind,
+            (None, true) => "selfSigned",
+            (None, false) => "sas",
+        };
+        let auth = match kind {
+            "sas" => Authentication::Sas,
+            "selfSigned" => Authentication::self_signed(
+                self.primary_thumbprint.as_deref(),
+                self.secondary_thumbprint.as_deref(),
+            )?,
+            "certificateAuthority" => Authentication::CertificateAuthority,
+            other => {
+                return Err(IotHubError::invalid(format!(
+                    "authentication {other:?}: expected \"sas\", \"selfSigned\" or \"certificateAuthority\""
+                )));
+            }
+        };
+        if thumbprints && !matches!(auth, Authentication::SelfSigned { .. }) {
+            return Err(IotHubError::invalid(format!(
+                "thumbprints are for selfSigned devices, not {kind:?}"
+            )));
+        }
+        if auth.is_x509() && (self.primary_key.is_some() || self.secondary_key.is_some()) {
+            return Err(IotHubError::invalid(format!(
+                "keys are for sas devices; a {kind:?} device authenticates with its certificate"
+            )));
+        }
+        Ok(auth)
+    }
 }
 
 /// What `GET /devices/{id}/token` returns: everything an MQTT client needs to connect.
@@ -368,12 +418,22 @@ async fn add_device(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<impl IntoResponse> {
     let request: AddDeviceRequest = parse_json(&body?)?;
-    let spec = DeviceSpec {
-        id,
-        primary_key: request.primary_key,
-        secondary_key: request.secondary_key,
+    let authentication = request.authentication()?;
+    let device = if authentication.is_x509() {
+        hub.create_device(
+            &id,
+            &DeviceUpdate {
+                authentication: Some(authentication),
+                ..DeviceUpdate::default()
+            },
+        )?
+    } else {
+        hub.add_device(&DeviceSpec {
+            id,
+            primary_key: request.primary_key,
+            secondary_key: request.secondary_key,
+        })?
     };
-    let device = hub.add_device(&spec)?;
     hub.persisted().await?;
     Ok((StatusCode::CREATED, axum::Json(device)))
 }

@@ -204,10 +204,23 @@ impl AdminClient {
         id: &str,
         primary_key: Option<String>,
     ) -> Result<Device, AdminError> {
-        let body = self.to_json(&AddDeviceRequest {
-            primary_key,
-            secondary_key: None,
-        })?;
+        self.register_device(
+            id,
+            &AddDeviceRequest {
+                primary_key,
+                ..AddDeviceRequest::default()
+            },
+        )
+        .await
+    }
+
+    /// `PUT /devices/{id}` with any body: an X.509 device, or both keys.
+    pub async fn register_device(
+        &self,
+        id: &str,
+        request: &AddDeviceRequest,
+    ) -> Result<Device, AdminError> {
+        let body = self.to_json(request)?;
         self.json(
             Method::PUT,
             &format!("/devices/{}", encode_component(id)),
