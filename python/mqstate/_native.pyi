@@ -980,7 +980,23 @@ class AsyncMessages:
 class DeviceClient:
     """A blocking IoT Hub device client; the constructor connects."""
 
-    def __new__(cls, connection_string: str, **options: Any) -> DeviceClient: ...
+    def __new__(
+        cls,
+        connection_string: str,
+        *,
+        transport: Literal["mqtt", "amqp", "amqp-ws"] | str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        token_lifetime: float | datetime.timedelta | None = None,
+        receive_buffer: int | None = None,
+        keep_alive: float | datetime.timedelta | None = None,
+        operation_timeout: float | datetime.timedelta | None = None,
+        connect_timeout: float | datetime.timedelta | None = None,
+    ) -> DeviceClient: ...
     @property
     def device_id(self) -> str: ...
     @property
@@ -1008,7 +1024,22 @@ class AsyncDeviceClient:
     """An asyncio IoT Hub device client: ``await AsyncDeviceClient.connect(cs)``."""
 
     @staticmethod
-    def connect(connection_string: str, **options: Any) -> Pending[AsyncDeviceClient]: ...
+    def connect(
+        connection_string: str,
+        *,
+        transport: Literal["mqtt", "amqp", "amqp-ws"] | str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        tls: bool | None = None,
+        ca_file: _Path | None = None,
+        cert_file: _Path | None = None,
+        key_file: _Path | None = None,
+        token_lifetime: float | datetime.timedelta | None = None,
+        receive_buffer: int | None = None,
+        keep_alive: float | datetime.timedelta | None = None,
+        operation_timeout: float | datetime.timedelta | None = None,
+        connect_timeout: float | datetime.timedelta | None = None,
+    ) -> Pending[AsyncDeviceClient]: ...
     @property
     def device_id(self) -> str: ...
     @property
@@ -1041,6 +1072,7 @@ class LocalIotHub:
         *,
         lock_timeout: float | datetime.timedelta | None = None,
         max_delivery_count: int | None = None,
+        device_tls: bool = False,
     ) -> LocalIotHub: ...
     @property
     def port(self) -> int: ...
@@ -1052,6 +1084,10 @@ class LocalIotHub:
     def dead_lettered(self, device_id: str) -> int: ...
     def add_device(self, device_id: str) -> str:
         """Registers a device; returns its connection string (connect with port=, tls=False)."""
+
+    def add_x509_device(self, device_id: str, thumbprint: str) -> str:
+        """Registers a self-signed X.509 device by its certificate's thumbprint (hex); returns
+        its connection string (x509=true)."""
 
     def send(
         self,

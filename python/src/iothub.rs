@@ -22,6 +22,22 @@ use crate::runtime::{call, runtime, wait};
 /// How long one blocking wait lasts before checking for signals (Ctrl-C).
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
+/// The keyword options of `DeviceClient` and `AsyncDeviceClient.connect`.
+const OPTIONS: [&str; 12] = [
+    "transport",
+    "host",
+    "port",
+    "tls",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "token_lifetime",
+    "receive_buffer",
+    "keep_alive",
+    "operation_timeout",
+    "connect_timeout",
+];
+
 /// Builds the core options from a connection string and keyword overrides: this fills a
 /// [`DeviceSettings`], whose `resolve` holds every rule of the merge.
 fn options(
@@ -33,6 +49,10 @@ fn options(
     let mut s = DeviceSettings::new(connection_string);
     for (key, value) in kwargs.into_iter().flat_map(|k| k.iter()) {
         let key: String = key.extract()?;
+        // `None` is "not given", as the stubs' defaults say.
+        if value.is_none() && OPTIONS.contains(&key.as_str()) {
+            continue;
+        }
         match key.as_str() {
             "transport" => s.transport = Some(value.extract::<String>()?.parse().map_err(to_py)?),
             "host" => s.host = Some(value.extract()?),
@@ -51,9 +71,7 @@ fn options(
             other => {
                 return Err(errors::invalid_argument(
                     py,
-                    format!(
-                        "unknown option {other:?} (transport, host, port, tls, ca_file, cert_file, key_file, token_lifetime, receive_buffer, keep_alive, operation_timeout, connect_timeout)"
-                    ),
+                    format!("unknown option {other:?} ({})", OPTIONS.join(", ")),
                 ));
             }
         }

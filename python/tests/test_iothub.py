@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import pathlib
+import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -179,7 +182,7 @@ def amqp_hub() -> Iterator[LocalIotHub]:
         yield h
 
 
-def amqp_options(hub: LocalIotHub, tmp_path: pathlib.Path) -> dict[str, object]:
+def amqp_options(hub: LocalIotHub, tmp_path: pathlib.Path) -> dict[str, Any]:
     """Keyword options for the hub's AMQP endpoint (TLS, trusting its certificate)."""
     ca = tmp_path / "hub-ca.pem"
     pem = hub.ca_pem
@@ -255,3 +258,52 @@ def test_amqp_settling_a_message_of_a_lost_connection_is_lock_lost(
                 settle()
         again.complete()
         eventually(lambda: hub.completed("dev1") == 1, "completed once")
+
+
+def self_signed_certificate(
+    directory: pathlib.Path, cn: str
+) -> tuple[pathlib.Path, pathlib.Path, str]:
+    """A self-signed certificate for `cn` made with the openssl CLI: (cert, key, SHA-256 hex)."""
+    cert, key = directory / f"{cn}.pem", directory / f"{cn}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+        + ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={cn}"],
+        check=True,
+        capture_output=True,
+    )
+    der = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-outform", "DER"], check=True, capture_output=True
+    ).stdout
+    return cert, key, hashlib.sha256(der).hexdigest()
+
+
+def test_an_x509_device_receives_with_its_certificate_and_another_is_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    with LocalIotHub(device_tls=True) as hub:
+        ca = tmp_path / "hub-ca.pem"
+        pem = hub.ca_pem
+        assert pem is not None
+        ca.write_text(pem)
+        cert, key, thumbprint = self_signed_certificate(tmp_path, "x1")
+        cs = hub.add_x509_device("x1", thumbprint)
+        assert "x509=true" in cs
+        options: dict[str, Any] = {"port": hub.port, "ca_file": str(ca)}
+        with DeviceClient(cs, cert_file=cert, key_file=key, **options) as client:
+            hub.send("x1", b"by certificate", message_id="c1", ack="full")
+            msg = client.receive(timeout=WAIT)
+            assert msg is not None and msg.payload == b"by certificate"
+            msg.complete()
+            eventually(lambda: hub.feedback("c1") == "Success", "completed")
+
+        # A certificate that is not the device's: refused as IoT Hub refuses it.
+        other_cert, other_key, _ = self_signed_certificate(tmp_path, "other")
+        with pytest.raises(mqstate.AuthenticationFailed):
+            DeviceClient(cs, cert_file=other_cert, key_file=other_key, **options)
+
+        # The certificate needs its key, and x509=true needs the certificate: the core says so
+        # before connecting.
+        with pytest.raises(mqstate.InvalidArgument, match="both cert_file and key_file"):
+            DeviceClient(cs, cert_file=cert, **options)
+        with pytest.raises(mqstate.InvalidArgument, match="x509=true"):
+            DeviceClient(cs, **options)

@@ -29,20 +29,26 @@ fn hub_error(py: Python<'_>, e: mqstate_server::iothub::IotHubError) -> PyErr {
 #[pymethods]
 impl LocalIotHub {
     /// Starts a hub; `lock_timeout` (seconds) shortens the 60 s message lock,
-    /// `max_delivery_count` lowers the 10 deliveries after which a message is dead-lettered.
-    /// Feedback records are made at once (batches of one).
+    /// `max_delivery_count` lowers the 10 deliveries after which a message is dead-lettered,
+    /// `device_tls` puts the MQTT device endpoint behind TLS too (with the certificate of
+    /// [`LocalIotHub::ca_pem`]), as X.509 devices need. Feedback records are made at once
+    /// (batches of one).
     #[new]
-    #[pyo3(signature = (*, lock_timeout = None, max_delivery_count = None))]
+    #[pyo3(signature = (*, lock_timeout = None, max_delivery_count = None, device_tls = false))]
     fn new(
         py: Python<'_>,
         lock_timeout: Option<&Bound<'_, PyAny>>,
         max_delivery_count: Option<u32>,
+        device_tls: bool,
     ) -> PyResult<Self> {
         let mut config = mqstate_server::iothub::IotHubConfig {
             admin_port: None,
             feedback_batch_size: 1,
             ..Default::default()
         };
+        if device_tls {
+            config.tls = mqstate_server::iothub::DeviceTls::SelfSigned;
+        }
         if let Some(n) = max_delivery_count {
             config.max_delivery_count = n;
         }
@@ -129,6 +135,32 @@ impl LocalIotHub {
             .connection_string(device_id)
             .map_err(|e| hub_error(py, e))?;
         Ok(format!("{cs};GatewayHostName=127.0.0.1"))
+    }
+
+    /// Registers a self-signed X.509 device known by the SHA-1 or SHA-256 `thumbprint` (hex)
+    /// of its certificate, and returns its connection string (`x509=true`, pointed at this
+    /// hub like [`LocalIotHub::add_device`]'s).
+    fn add_x509_device(
+        &self,
+        py: Python<'_>,
+        device_id: &str,
+        thumbprint: &str,
+    ) -> PyResult<String> {
+        use mqstate_server::iothub::registry::DeviceUpdate;
+        use mqstate_server::iothub::x509::Authentication;
+        let authentication =
+            Authentication::self_signed(Some(thumbprint), None).map_err(|e| hub_error(py, e))?;
+        let update = DeviceUpdate {
+            authentication: Some(authentication),
+            ..DeviceUpdate::default()
+        };
+        self.hub
+            .create_device(device_id, &update)
+            .map_err(|e| hub_error(py, e))?;
+        Ok(format!(
+            "HostName={};DeviceId={device_id};x509=true;GatewayHostName=127.0.0.1",
+            self.hub.config().hostname
+        ))
     }
 
     /// Sends a C2D message; `properties` are (name, value) pairs (value `None` = null); `ack`

@@ -20,7 +20,7 @@ use rumqttc::mqttbytes::v4::{Connect, ConnectReturnCode, Packet, PubAck, Subscri
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite;
 
-use crate::common::hub::{put_token_request, websocket};
+use crate::common::hub::{byte_stream, put_token_request, websocket, websocket_frames_with};
 
 const SOON: Duration = Duration::from_secs(20);
 /// The path and query the SDKs open.
@@ -441,4 +441,58 @@ async fn what_websocket_clients_do_is_kept_across_a_restart() {
     let server = IotHubServer::start(durable()).await.unwrap();
     assert_eq!(server.hub().queue("dev1").unwrap().depth, 0);
     server.shutdown().await;
+}
+
+/// A client certificate is an ambient credential (a browser may present one on a page's
+/// behalf), so the WebSocket path passes none to the device endpoints (docs/security.md,
+/// "IoT Hub: X.509 devices"): an X.509 device's own valid certificate, which authenticates it
+/// over HTTPS on the same port, does not over MQTT/WS; its CONNECT is refused.
+#[tokio::test]
+async fn a_valid_x509_certificate_does_not_authenticate_over_a_websocket() {
+    use crate::iothub_x509::{https_receive, self_signed, sha256_hex};
+    use mqstate_server::iothub::registry::DeviceUpdate;
+    use mqstate_server::iothub::x509::Authentication;
+
+    let (_server, hub) = start().await;
+    let cert = self_signed("x1");
+    hub.create_device(
+        "x1",
+        &DeviceUpdate {
+            authentication: Some(
+                Authentication::self_signed(Some(&sha256_hex(&cert.der)), None).unwrap(),
+            ),
+            ..DeviceUpdate::default()
+        },
+    )
+    .unwrap();
+    hub.send("x1", C2dMessage::new("for x1").message_id("x-1"))
+        .unwrap();
+    // The certificate is the device's: HTTPS on the same port takes it.
+    let reply = https_receive(&hub, "x1", &cert).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+
+    let pem = hub.ca_certificate_pem().unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        mqstate_testing::tls::client_config_with_cert(&pem, &cert.cert, &cert.key),
+    ));
+    let socket = websocket_frames_with(&hub, tls, PATH, Some("mqtt"))
+        .await
+        .unwrap();
+    let mut mqtt = Mqtt {
+        stream: byte_stream(socket),
+        read: BytesMut::new(),
+    };
+    let mut connect = Connect::new("x1");
+    connect.set_login(hub.device_username("x1"), "");
+    mqtt.send(Packet::Connect(connect)).await;
+    let Packet::ConnAck(ack) = mqtt.next().await else {
+        panic!("no CONNACK")
+    };
+    assert_eq!(ack.code, ConnectReturnCode::NotAuthorized);
+    mqtt.closed().await;
 }

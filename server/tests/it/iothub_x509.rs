@@ -22,10 +22,10 @@ use crate::common::hub::{API, Https};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// A certificate and its key, PEM.
-struct Pem {
-    cert: String,
-    key: String,
-    der: Vec<u8>,
+pub(crate) struct Pem {
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    pub(crate) der: Vec<u8>,
 }
 
 fn leaf_params(cn: &str) -> CertificateParams {
@@ -35,7 +35,7 @@ fn leaf_params(cn: &str) -> CertificateParams {
     params
 }
 
-fn self_signed(cn: &str) -> Pem {
+pub(crate) fn self_signed(cn: &str) -> Pem {
     let key = KeyPair::generate().unwrap();
     let cert = leaf_params(cn).self_signed(&key).unwrap();
     Pem {
@@ -83,7 +83,7 @@ fn ca(name: &str) -> (String, impl Fn(&str) -> Pem) {
     (cert.pem(), sign)
 }
 
-fn sha256_hex(der: &[u8]) -> String {
+pub(crate) fn sha256_hex(der: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, der)
         .as_ref()
         .iter()
@@ -241,7 +241,7 @@ async fn amqp_next(link: &mut fe2o3_amqp::Receiver) -> Result<Vec<u8>, String> {
 }
 
 /// Receives over HTTPS without an Authorization header, presenting `cert`.
-async fn https_receive(hub: &IotHub, id: &str, cert: &Pem) -> crate::common::hub::Reply {
+pub(crate) async fn https_receive(hub: &IotHub, id: &str, cert: &Pem) -> crate::common::hub::Reply {
     let pem = hub.ca_certificate_pem().unwrap();
     let config = mqstate_testing::tls::client_config_with_cert(&pem, &cert.cert, &cert.key);
     Https::with_config(hub, config)

@@ -177,12 +177,31 @@ pub async fn websocket_frames(
     tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
     tokio_tungstenite::tungstenite::Error,
 > {
+    let pem = hub.ca_certificate_pem().expect("a generated certificate");
+    websocket_frames_with(
+        hub,
+        mqstate_testing::tls::connector(&pem),
+        path,
+        subprotocol,
+    )
+    .await
+}
+
+/// [`websocket_frames`] over the TLS of `tls` (one that presents a client certificate).
+pub async fn websocket_frames_with(
+    hub: &IotHub,
+    tls: tokio_rustls::TlsConnector,
+    path: &str,
+    subprotocol: Option<&str>,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::Error,
+> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let addr = hub.endpoints().https_endpoint.expect("the HTTPS endpoint");
-    let pem = hub.ca_certificate_pem().expect("a generated certificate");
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
-    let tls = mqstate_testing::tls::connector(&pem)
+    let tls = tls
         .connect(mqstate_testing::tls::localhost(), tcp)
         .await
         .unwrap();
@@ -196,8 +215,7 @@ pub async fn websocket_frames(
     Ok(socket)
 }
 
-/// [`websocket_frames`], its binary messages as a byte stream (tokio-util's `StreamReader`
-/// and `SinkWriter`, as the hub reads them; a write is sent on flush).
+/// [`websocket_frames`], its binary messages as a byte stream (see [`byte_stream`]).
 pub async fn websocket(
     hub: &IotHub,
     path: &str,
@@ -206,10 +224,20 @@ pub async fn websocket(
     impl tokio::io::AsyncRead + tokio::io::AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
     tokio_tungstenite::tungstenite::Error,
 > {
+    Ok(byte_stream(websocket_frames(hub, path, subprotocol).await?))
+}
+
+/// A WebSocket's binary messages as a byte stream (tokio-util's `StreamReader` and
+/// `SinkWriter`, as the hub reads them; a write is sent on flush).
+pub fn byte_stream<S>(
+    socket: tokio_tungstenite::WebSocketStream<S>,
+) -> impl tokio::io::AsyncRead + tokio::io::AsyncWrite + std::fmt::Debug + Send + Unpin + 'static
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+{
     use futures_util::{SinkExt, StreamExt, future};
     use tokio_tungstenite::tungstenite::Message;
     type WsError = tokio_tungstenite::tungstenite::Error;
-    let socket = websocket_frames(hub, path, subprotocol).await?;
     let (sink, stream) = socket.split();
     let reader = tokio_util::io::StreamReader::new(stream.filter_map(|m| {
         future::ready(match m {
@@ -222,5 +250,5 @@ pub async fn websocket(
         .with(|b: Bytes| future::ready(Ok::<_, WsError>(Message::Binary(b))))
         .sink_map_err(std::io::Error::other as fn(WsError) -> std::io::Error);
     let writer = tokio_util::io::SinkWriter::new(tokio_util::io::CopyToBytes::new(sink));
-    Ok(tokio::io::join(reader, writer))
+    tokio::io::join(reader, writer)
 }
