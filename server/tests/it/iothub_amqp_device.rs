@@ -22,7 +22,7 @@ use mqstate_server::iothub::{
 };
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet};
 
-use crate::common::hub::{amqp_tls, put_token_request};
+use crate::common::hub::{amqp_tls, feedback, put_token_request};
 
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const OTHER_KEY: &str = "AQECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -180,25 +180,6 @@ fn body(d: &Delivery<Body<Value>>) -> Vec<u8> {
     match &d.message().body {
         Body::Data(sections) => sections.iter().flat_map(|s| s.0.to_vec()).collect(),
         other => panic!("expected data sections, got {other:?}"),
-    }
-}
-
-/// Waits for the feedback record of `message_id`.
-async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
-    let deadline = tokio::time::Instant::now() + SOON;
-    loop {
-        if let Some(r) = hub
-            .recent_feedback()
-            .into_iter()
-            .find(|r| r.original_message_id.as_deref() == Some(message_id))
-        {
-            return r.status_code;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no feedback for {message_id}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

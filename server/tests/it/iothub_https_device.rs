@@ -12,7 +12,7 @@ use mqstate_server::iothub::{
     Ack, C2dMessage, DeviceSpec, FeedbackStatus, IotHub, IotHubConfig, IotHubServer, sas,
 };
 
-use crate::common::hub::{API, Https, KEY1, KEY2, Reply};
+use crate::common::hub::{API, Https, KEY1, KEY2, Reply, feedback};
 
 const OTHER_KEY: &str = "ICEiIyQlJicoKSorLC0uLw==";
 
@@ -85,24 +85,6 @@ fn config(max_delivery_count: u32) -> IotHubConfig {
 
 fn token(hub: &IotHub, id: &str) -> String {
     hub.device_token(id, Duration::from_secs(3600)).unwrap()
-}
-
-async fn feedback_status(hub: &IotHub, message_id: &str) -> FeedbackStatus {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(r) = hub
-            .recent_feedback()
-            .into_iter()
-            .find(|r| r.original_message_id.as_deref() == Some(message_id))
-        {
-            return r.status_code;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no feedback for {message_id}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +161,7 @@ async fn receive_gives_every_property_and_the_etag() {
     // Complete: Success feedback, the queue is empty.
     let done = https.settle("d1", &t, &lock, "complete").await;
     assert_eq!(done.status, StatusCode::NO_CONTENT);
-    assert_eq!(feedback_status(&hub, "m-1").await, FeedbackStatus::Success);
+    assert_eq!(feedback(&hub, "m-1").await, FeedbackStatus::Success);
     assert_eq!(hub.queue("d1").unwrap().depth, 0);
 
     // The same ETag again: it locks nothing any more.
@@ -216,7 +198,7 @@ async fn reject_and_abandon_settle_as_on_iot_hub() {
     let lock = lock_token(&got);
     let rejected = https.settle("d1", &t, &lock, "reject").await;
     assert_eq!(rejected.status, StatusCode::NO_CONTENT);
-    assert_eq!(feedback_status(&hub, "rej").await, FeedbackStatus::Rejected);
+    assert_eq!(feedback(&hub, "rej").await, FeedbackStatus::Rejected);
     assert_eq!(hub.queue("d1").unwrap().depth, 0);
     assert_eq!(https.receive("d1", &t).await.status, StatusCode::NO_CONTENT);
     // `reject=true`, as some SDK versions write it, rejects too.
@@ -235,10 +217,7 @@ async fn reject_and_abandon_settle_as_on_iot_hub() {
         )
         .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    assert_eq!(
-        feedback_status(&hub, "rej2").await,
-        FeedbackStatus::Rejected
-    );
+    assert_eq!(feedback(&hub, "rej2").await, FeedbackStatus::Rejected);
 
     // Abandon: received again at once, the delivery counted; abandoning the last allowed
     // delivery (max 2) dead-letters it.
@@ -263,7 +242,7 @@ async fn reject_and_abandon_settle_as_on_iot_hub() {
         StatusCode::NO_CONTENT
     );
     assert_eq!(
-        feedback_status(&hub, "ab").await,
+        feedback(&hub, "ab").await,
         FeedbackStatus::DeliveryCountExceeded
     );
     assert_eq!(hub.queue("d1").unwrap().depth, 0);

@@ -20,7 +20,9 @@ use rumqttc::mqttbytes::v4::{Connect, ConnectReturnCode, Packet, PubAck, Subscri
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite;
 
-use crate::common::hub::{byte_stream, put_token_request, websocket, websocket_frames_with};
+use crate::common::hub::{
+    byte_stream, feedback, put_token_request, websocket, websocket_frames_with,
+};
 
 const SOON: Duration = Duration::from_secs(20);
 /// The path and query the SDKs open.
@@ -44,25 +46,6 @@ async fn start() -> (IotHubServer, IotHub) {
     let server = IotHubServer::start(config()).await.unwrap();
     let hub = server.hub();
     (server, hub)
-}
-
-/// Waits for the feedback record of `message_id`.
-async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
-    let deadline = tokio::time::Instant::now() + SOON;
-    loop {
-        if let Some(r) = hub
-            .recent_feedback()
-            .into_iter()
-            .find(|r| r.original_message_id.as_deref() == Some(message_id))
-        {
-            return r.status_code;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no feedback for {message_id}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// MQTT 3.1.1 packets over a byte stream, with rumqttc's codec.

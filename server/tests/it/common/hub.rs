@@ -1,7 +1,8 @@
 //! Clients of the local hub's TLS endpoints as the tests drive them (one definition for the
 //! files that each had their own copy): an HTTPS client for the REST and device HTTPS APIs,
 //! the TLS stream under an AMQP connection, a WebSocket on the HTTPS port as a byte stream
-//! (for MQTT and AMQP over WebSockets), and the `$cbs` put-token request.
+//! (for MQTT and AMQP over WebSockets), the `$cbs` put-token request, and the wait for a
+//! message's feedback.
 
 use std::net::SocketAddr;
 
@@ -10,7 +11,7 @@ use fe2o3_amqp::types::primitives::Value as Value_;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use mqstate_server::iothub::IotHub;
+use mqstate_server::iothub::{FeedbackStatus, IotHub};
 use rustls::pki_types::ServerName;
 use serde_json::Value;
 
@@ -251,4 +252,23 @@ where
         .sink_map_err(std::io::Error::other as fn(WsError) -> std::io::Error);
     let writer = tokio_util::io::SinkWriter::new(tokio_util::io::CopyToBytes::new(sink));
     tokio::io::join(reader, writer)
+}
+
+/// Waits (up to 20 s) for the first feedback record of `message_id` and returns its status.
+pub async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(r) = hub
+            .recent_feedback()
+            .into_iter()
+            .find(|r| r.original_message_id.as_deref() == Some(message_id))
+        {
+            return r.status_code;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no feedback for {message_id}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
