@@ -18,13 +18,15 @@
 )]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mqstate::TlsOptions;
 use mqstate::iothub::{DeviceClient, DeviceOptions, Transport};
-use mqstate_server::iothub::{
-    C2dMessage, DeviceSpec, DeviceTls, IotHub, IotHubConfig, IotHubServer,
-};
+use mqstate_server::iothub::{DeviceSpec, DeviceTls, IotHub, IotHubConfig, IotHubServer};
+
+#[path = "support/iothub_bench.rs"]
+mod support;
+use support::{DEVICE, drained, fill, print_median};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -40,8 +42,7 @@ async fn main() {
     .await
     .unwrap();
     let hub = server.hub();
-    hub.add_device(&DeviceSpec::parse("bench").unwrap())
-        .unwrap();
+    hub.add_device(&DeviceSpec::parse(DEVICE).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, hub.ca_certificate_pem().unwrap()).unwrap();
@@ -61,26 +62,8 @@ async fn main() {
         println!("round {r}: MQTT {mqtt:>8.0} msg/s, AMQP {amqp:>8.0} msg/s, ratio {ratio:.2}");
         ratios.push(ratio);
     }
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "median ratio AMQP/MQTT {:.2} (range {:.2}-{:.2}) over {rounds} rounds of {n} messages",
-        ratios[ratios.len() / 2],
-        ratios[0],
-        ratios[ratios.len() - 1]
-    );
+    print_median("ratio AMQP/MQTT", ratios, n);
     server.shutdown().await;
-}
-
-fn fill(hub: &IotHub, n: usize) {
-    for i in 0..n {
-        hub.send(
-            "bench",
-            C2dMessage::new(vec![b'x'; 64])
-                .message_id(format!("m{i}"))
-                .property("seq", Some(&i.to_string())),
-        )
-        .unwrap();
-    }
 }
 
 /// Messages per second received and completed through the device client over `transport`.
@@ -91,7 +74,7 @@ async fn round(hub: &IotHub, transport: Transport, ca: &Path, n: usize) -> f64 {
         Transport::Amqp => endpoints.amqp_endpoint.unwrap().port(),
         _ => endpoints.device_endpoint.unwrap().port(),
     };
-    let options = DeviceOptions::from_connection_string(&hub.connection_string("bench").unwrap())
+    let options = DeviceOptions::from_connection_string(&hub.connection_string(DEVICE).unwrap())
         .unwrap()
         .with_transport(transport)
         .with_endpoint("127.0.0.1", port, TlsOptions::default().with_ca_file(ca));
@@ -101,9 +84,7 @@ async fn round(hub: &IotHub, transport: Transport, ca: &Path, n: usize) -> f64 {
         let m = client.receive().await.unwrap();
         m.complete().unwrap();
     }
-    while hub.queue("bench").unwrap().depth > 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    drained(hub).await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
     client.close().await;
     rate

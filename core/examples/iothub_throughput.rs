@@ -25,8 +25,12 @@
 use std::time::{Duration, Instant};
 
 use mqstate::iothub::{DeviceClient, DeviceOptions};
-use mqstate_server::iothub::{C2dMessage, DeviceSpec, IotHub, IotHubConfig, IotHubServer};
+use mqstate_server::iothub::{DeviceSpec, IotHub, IotHubConfig, IotHubServer};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+
+#[path = "support/iothub_bench.rs"]
+mod support;
+use support::{DEVICE, drained, fill, print_median};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -42,8 +46,7 @@ async fn main() {
     .await
     .unwrap();
     let hub = server.hub();
-    hub.add_device(&DeviceSpec::parse("bench").unwrap())
-        .unwrap();
+    hub.add_device(&DeviceSpec::parse(DEVICE).unwrap()).unwrap();
     let port = hub.endpoints().device_endpoint.unwrap().port();
 
     // Establish both sessions (subscriptions) once.
@@ -76,32 +79,8 @@ async fn main() {
         );
         ratios.push(ratio);
     }
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "median ratio {:.2} (range {:.2}-{:.2}) over {rounds} rounds of {n} messages",
-        ratios[ratios.len() / 2],
-        ratios[0],
-        ratios[ratios.len() - 1]
-    );
+    print_median("ratio", ratios, n);
     server.shutdown().await;
-}
-
-fn fill(hub: &IotHub, n: usize) {
-    for i in 0..n {
-        hub.send(
-            "bench",
-            C2dMessage::new(vec![b'x'; 64])
-                .message_id(format!("m{i}"))
-                .property("seq", Some(&i.to_string())),
-        )
-        .unwrap();
-    }
-}
-
-async fn drained(hub: &IotHub) {
-    while hub.queue("bench").unwrap().depth > 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
 
 /// Messages per second through a plain rumqttc v4 subscriber (automatic PUBACKs).
@@ -122,7 +101,10 @@ async fn raw_round(hub: &IotHub, port: u16, n: usize) -> f64 {
         match events.poll().await.unwrap() {
             Event::Incoming(Packet::ConnAck(ack)) if !ack.session_present => {
                 client
-                    .subscribe("devices/bench/messages/devicebound/#", QoS::AtLeastOnce)
+                    .subscribe(
+                        format!("devices/{DEVICE}/messages/devicebound/#"),
+                        QoS::AtLeastOnce,
+                    )
                     .await
                     .unwrap();
             }
@@ -154,7 +136,7 @@ async fn raw_round(hub: &IotHub, port: u16, n: usize) -> f64 {
 /// Messages per second received and completed through the device client.
 async fn client_round(hub: &IotHub, port: u16, n: usize) -> f64 {
     fill(hub, n);
-    let options = DeviceOptions::from_connection_string(&hub.connection_string("bench").unwrap())
+    let options = DeviceOptions::from_connection_string(&hub.connection_string(DEVICE).unwrap())
         .unwrap()
         .with_plain_tcp("127.0.0.1", port);
     let start = Instant::now();
