@@ -277,8 +277,9 @@ def self_signed_certificate(
     return cert, key, hashlib.sha256(der).hexdigest()
 
 
+@pytest.mark.parametrize("transport", ["mqtt", "amqp"])
 def test_an_x509_device_receives_with_its_certificate_and_another_is_refused(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, transport: str
 ) -> None:
     with LocalIotHub(device_tls=True) as hub:
         ca = tmp_path / "hub-ca.pem"
@@ -288,13 +289,20 @@ def test_an_x509_device_receives_with_its_certificate_and_another_is_refused(
         cert, key, thumbprint = self_signed_certificate(tmp_path, "x1")
         cs = hub.add_x509_device("x1", thumbprint)
         assert "x509=true" in cs
-        options: dict[str, Any] = {"port": hub.port, "ca_file": str(ca)}
+        port = hub.port if transport == "mqtt" else hub.amqp_port
+        options: dict[str, Any] = {"transport": transport, "port": port, "ca_file": str(ca)}
         with DeviceClient(cs, cert_file=cert, key_file=key, **options) as client:
             hub.send("x1", b"by certificate", message_id="c1", ack="full")
             msg = client.receive(timeout=WAIT)
             assert msg is not None and msg.payload == b"by certificate"
             msg.complete()
             eventually(lambda: hub.feedback("c1") == "Success", "completed")
+            if transport == "amqp":
+                hub.send("x1", b"refused", message_id="c2", ack="full")
+                msg = client.receive(timeout=WAIT)
+                assert msg is not None
+                msg.reject()
+                eventually(lambda: hub.feedback("c2") == "Rejected", "rejected")
 
         # A certificate that is not the device's: refused as IoT Hub refuses it.
         other_cert, other_key, _ = self_signed_certificate(tmp_path, "other")

@@ -470,12 +470,6 @@ impl DeviceOptions {
                 {
                     return bad("X.509 authentication needs TLS with a client certificate".into());
                 }
-                if self.transport == Transport::Amqp {
-                    // The AMQP transport authenticates with a SAS token put on $cbs only.
-                    return Err(Error::NotSupported(
-                        "X.509 authentication over AMQP is not supported by this client (use MQTT, or a shared access key)".into(),
-                    ));
-                }
             }
         }
         Ok(())

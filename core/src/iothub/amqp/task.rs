@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::link::delivery::DeliveryInfo;
+use fe2o3_amqp::link::{LinkStateError, RecvError};
 use fe2o3_amqp::types::messaging::{Body, Data, Message, Outcome as AmqpOutcome};
 use fe2o3_amqp::types::primitives::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::connection::Link;
+use super::connection::{Link, description, unauthorized};
 use super::convert;
 use crate::client::ConnectionState;
 use crate::client::options::Backoff;
@@ -179,22 +180,16 @@ impl Task {
         self.finish();
     }
 
-    /// One connection attempt with a fresh token, bounded by the connect timeout; `None` when
-    /// `close` was called meanwhile.
+    /// One connection attempt with a fresh token (none for an X.509 device), bounded by the
+    /// connect timeout; `None` when `close` was called meanwhile.
     async fn connect(&mut self) -> Option<Result<Link, Error>> {
         let (token, expiry) = match self.options.password() {
-            Ok((Some(token), expiry)) => (token, expiry),
-            Ok((None, _)) => {
-                return Some(Err(Error::NotSupported(
-                    "the AMQP transport needs a SAS token (a shared access key or a SAS token)"
-                        .into(),
-                )));
-            }
+            Ok(password) => password,
             Err(e) => return Some(Err(e)),
         };
         self.attempts = self.attempts.wrapping_add(1);
         let timeout = self.options.connect_timeout;
-        let open = Link::open(&self.options, &token, self.attempts);
+        let open = Link::open(&self.options, token.as_deref(), self.attempts);
         let mut shutdown = self.shutdown.clone();
         let result = tokio::select! {
             r = tokio::time::timeout(timeout, open) => match r {
@@ -292,6 +287,16 @@ impl Task {
                 },
                 delivery = c2d.recv::<Body<Value>>() => match delivery {
                     Ok(delivery) => self.received(delivery, &link.c2d_address),
+                    // A certificate the hub stopped accepting (the device re-registered with
+                    // another thumbprint, or disabled): reconnecting with it cannot help.
+                    Err(RecvError::LinkStateError(LinkStateError::RemoteClosedWithError(r)))
+                        if self.options.auth == DeviceAuth::X509 && unauthorized(&r.condition) =>
+                    {
+                        break End::Fatal(Error::Authentication(format!(
+                            "the hub detached the receiver link: {}",
+                            description(&r)
+                        )));
+                    }
                     Err(e) => break End::Lost(format!("the receiver link ended: {e}")),
                 },
                 e = events.on_detach() => break End::Lost(format!("the hub detached the telemetry link: {e}")),
