@@ -18,7 +18,7 @@ const WAIT = 30_000;
 let hub;
 /** A hub with a 2 s lock, for the redelivery test only (the others must not see redeliveries). */
 let shortLockHub;
-/** A 2 s lock and a message dead-lettered at its second delivery, for the AMQP settlements. */
+/** A message dead-lettered at its second delivery, for the AMQP settlements. */
 let amqpHub;
 /** TLS on the MQTT device endpoint too, for X.509 devices. */
 let tlsHub;
@@ -28,7 +28,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'mqstate-iothub-'));
   hub = await LocalIotHub.start(60_000);
   shortLockHub = await LocalIotHub.start(2_000);
-  amqpHub = await LocalIotHub.start(2_000, { maxDeliveryCount: 2 });
+  amqpHub = await LocalIotHub.start(60_000, { maxDeliveryCount: 2 });
   tlsHub = await LocalIotHub.start(60_000, { deviceTls: true });
 });
 after(async () => {
