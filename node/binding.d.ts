@@ -82,10 +82,10 @@ export declare class LocalIotHub {
   /** How many of the device's recent messages were dead-lettered. */
   deadLettered(deviceId: string): number
   /**
-   * Registers an X.509 device (`selfSigned`) whose certificate has this SHA-256 thumbprint
-   * (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints it); returns
-   * its connection string (`HostName=localhost;DeviceId=...;x509=true`). It connects with
-   * `certFile` and `keyFile` to a hub started with `deviceTls` (or over AMQP).
+   * Registers a self-signed X.509 device known by the SHA-1 or SHA-256 thumbprint of its
+   * certificate (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints
+   * it); returns its connection string (`x509=true`, pointed at this hub like `addDevice`'s).
+   * It connects with `certFile` and `keyFile` to a hub started with `deviceTls`.
    */
   addX509Device(deviceId: string, thumbprint: string): string
   /** Registers a device; returns its connection string (connect with `{ port, tls: false }`). */

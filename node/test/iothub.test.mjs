@@ -389,7 +389,7 @@ function certificate(name, cn) {
 test('X.509: a device with its certificate receives over MQTT with TLS; another certificate is refused', async () => {
   const { certFile, keyFile, thumbprint } = certificate('x1', 'x1');
   const cs = tlsHub.addX509Device('x1', thumbprint);
-  assert.equal(cs, 'HostName=localhost;DeviceId=x1;x509=true');
+  assert.equal(cs, 'HostName=localhost;DeviceId=x1;x509=true;GatewayHostName=127.0.0.1');
   const ca = caFile(tlsHub, 'tls');
   const options = { port: tlsHub.port, caFile: ca };
   const device = await DeviceClient.connect('HostName=localhost;DeviceId=x1;x509=true', {
@@ -405,7 +405,8 @@ test('X.509: a device with its certificate receives over MQTT with TLS; another 
   await eventually(() => tlsHub.completed('x1') === 1, 'completed');
   await device.close();
 
-  // Same subject, another key: not the registered thumbprint.
+  // Same subject, another key: not the registered thumbprint (through the connection string
+  // addX509Device returned, to 127.0.0.1).
   const other = certificate('other', 'x1');
   await assert.rejects(
     DeviceClient.connect(cs, { ...options, certFile: other.certFile, keyFile: other.keyFile }),

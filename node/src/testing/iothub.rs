@@ -169,10 +169,10 @@ impl LocalIotHub {
         )
     }
 
-    /// Registers an X.509 device (`selfSigned`) whose certificate has this SHA-256 thumbprint
-    /// (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints it); returns
-    /// its connection string (`HostName=localhost;DeviceId=...;x509=true`). It connects with
-    /// `certFile` and `keyFile` to a hub started with `deviceTls` (or over AMQP).
+    /// Registers a self-signed X.509 device known by the SHA-1 or SHA-256 thumbprint of its
+    /// certificate (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints
+    /// it); returns its connection string (`x509=true`, pointed at this hub like `addDevice`'s).
+    /// It connects with `certFile` and `keyFile` to a hub started with `deviceTls`.
     #[napi(js_name = "addX509Device")]
     pub fn add_x509_device(
         &self,
@@ -191,7 +191,7 @@ impl LocalIotHub {
         });
         r.map(|_| {
             format!(
-                "HostName={};DeviceId={device_id};x509=true",
+                "HostName={};DeviceId={device_id};x509=true;GatewayHostName=127.0.0.1",
                 self.hub_name()
             )
         })
