@@ -54,12 +54,40 @@ export declare class FaultProxy {
   stop(): void
 }
 
-/** A local IoT Hub in this process, for tests (plain TCP device endpoint on 127.0.0.1). */
+/**
+ * A local IoT Hub in this process, for tests: an MQTT device endpoint on 127.0.0.1 (plain TCP
+ * unless started with `deviceTls`), an AMQP endpoint over TLS (`amqpPort`, trusting
+ * `caPem`). Feedback records are made at once (batches of one).
+ */
 export declare class LocalIotHub {
   /** Starts a hub; `lockTimeoutMs` shortens the 60 s message lock. */
-  static start(lockTimeoutMs?: number | undefined | null): Promise<LocalIotHub>
-  /** The device endpoint's port. */
+  static start(lockTimeoutMs?: number | undefined | null, options?: HubStartOptions | undefined | null): Promise<LocalIotHub>
+  /** The MQTT device endpoint's port. */
   get port(): number
+  /**
+   * The AMQP device endpoint's port (TLS: connect with `{ transport: 'amqp', port:
+   * hub.amqpPort, caFile }`, `caFile` holding `caPem`).
+   */
+  get amqpPort(): number
+  /**
+   * The PEM certificate the hub generated for its TLS endpoints (write it to a file for
+   * `caFile`), or null when it uses none.
+   */
+  get caPem(): string | null
+  /**
+   * The status of the newest feedback record of `messageId` (`Success`, `Rejected`,
+   * `DeliveryCountExceeded`, `Expired`, `Purged`), or null while there is none.
+   */
+  feedback(messageId: string): string | null
+  /** How many of the device's recent messages were dead-lettered. */
+  deadLettered(deviceId: string): number
+  /**
+   * Registers a self-signed X.509 device known by the SHA-1 or SHA-256 thumbprint of its
+   * certificate (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints
+   * it); returns its connection string (`x509=true`, pointed at this hub like `addDevice`'s).
+   * It connects with `certFile` and `keyFile` to a hub started with `deviceTls`.
+   */
+  addX509Device(deviceId: string, thumbprint: string): string
   /** Registers a device; returns its connection string (connect with `{ port, tls: false }`). */
   addDevice(deviceId: string): string
   /** Sends a C2D message. */
@@ -127,11 +155,26 @@ export declare class NativeC2DMessage {
   get properties(): Array<Property>
   /** True when the message was delivered before. */
   get isRedelivery(): boolean
-  /** Completes the message (its PUBACK goes out in arrival order). */
+  /**
+   * Over AMQP, how many times the hub delivered the message before (0 the first time);
+   * null over MQTT.
+   */
+  get deliveryCount(): number | null
+  /**
+   * Completes the message (over MQTT its PUBACK goes out in arrival order; over AMQP it is
+   * settled on its own). Throws `ERR_LOCK_LOST` when the hub gave the message up.
+   */
   complete(): void
-  /** Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot reject over MQTT). */
+  /**
+   * Rejects the message (AMQP: the hub dead-letters it, `Rejected` feedback); throws
+   * `ERR_NOT_SUPPORTED` over MQTT, `ERR_LOCK_LOST` when the hub gave the message up.
+   */
   reject(): void
-  /** Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot abandon over MQTT). */
+  /**
+   * Abandons the message (AMQP: the hub delivers it again, or dead-letters it past its
+   * maximum delivery count); throws `ERR_NOT_SUPPORTED` over MQTT, `ERR_LOCK_LOST` when the
+   * hub gave the message up.
+   */
   abandon(): void
 }
 export type NativeC2dMessage = NativeC2DMessage
@@ -178,7 +221,7 @@ export declare class NativeClient {
   close(): Promise<undefined>
 }
 
-/** A device connection to IoT Hub (MQTT 3.1.1). */
+/** A device connection to IoT Hub (MQTT 3.1.1 or AMQP 1.0). */
 export declare class NativeDeviceClient {
   /** Connects; resolves once subscribed. */
   static connect(connectionString: string, options?: DeviceConnectOptions | undefined | null): Promise<NativeDeviceClient>
@@ -399,19 +442,42 @@ export interface ClientOptions {
   maxPacketSize?: number
 }
 
-/** Where and how a device connects (all optional; the connection string says the rest). */
+/**
+ * Where and how a device connects (all optional; the connection string says the rest). The
+ * rules of the merge (which value wins, when TLS is on, what a certificate needs) are the
+ * core's (`DeviceSettings::resolve`); a mistake rejects with `ERR_INVALID_ARGUMENT`.
+ */
 export interface DeviceConnectOptions {
+  /**
+   * `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order)
+   * or `"amqp"` (messages can be completed, rejected or abandoned, each on its own); the
+   * names the core knows, in any case (another rejects with `ERR_INVALID_ARGUMENT`).
+   */
+  transport?: 'mqtt' | 'amqp' | (string & {})
   /** Host to connect to (default: the connection string's HostName). */
   host?: string
-  /** Port (default 8883). */
+  /** Port (default: the transport's, 8883 for MQTT, 5671 for AMQP). */
   port?: number
-  /** TLS (default true); false for a local hub's plain TCP endpoint. */
+  /** TLS (default true); false for a local hub's plain TCP endpoint (not with a TLS file). */
   tls?: boolean
-  /** PEM file of the CA to trust. */
+  /** PEM file of the CAs to trust instead of the system's. */
   caFile?: string
-  /** Lifetime of each generated SAS token, in milliseconds (default one hour). */
+  /**
+   * PEM certificate (chain) of an X.509 device (connection string `x509=true`); needs
+   * `keyFile`.
+   */
+  certFile?: string
+  /** PEM private key of `certFile`. */
+  keyFile?: string
+  /** Lifetime of each generated SAS token, in milliseconds (default one hour, at least 10 s). */
   tokenLifetimeMs?: number
-  /** Messages open (received, not completed) before the client stops reading (default 64). */
+  /** MQTT keep-alive, or the AMQP idle timeout, in milliseconds (default 60 s). */
+  keepAliveMs?: number
+  /** How long a connection attempt may take, in milliseconds (default 30 s). */
+  connectTimeoutMs?: number
+  /** How long sending an event waits for the hub, in milliseconds (default 30 s). */
+  operationTimeoutMs?: number
+  /** Messages received and not settled before the client stops reading (default 64). */
   receiveBuffer?: number
 }
 
@@ -421,9 +487,19 @@ export interface DeviceStats {
   received: number
   /** Of those, recognised as redeliveries. */
   redelivered: number
-  /** PUBACKs sent (completions released in arrival order). */
+  /**
+   * Completions sent: PUBACKs (MQTT, released in arrival order) or accepted dispositions
+   * (AMQP).
+   */
   acknowledged: number
-  /** Completions refused because the message's connection dropped or it was delivered again. */
+  /** Rejections sent (AMQP only). */
+  rejected: number
+  /** Abandons sent (AMQP only). */
+  abandoned: number
+  /**
+   * Settlements refused (`ERR_LOCK_LOST`) because the message's connection dropped or it
+   * was delivered again.
+   */
   staleCompletions: number
   /** Connections made (the first included). */
   connections: number
@@ -475,6 +551,17 @@ export interface HubSendOptions {
   contentEncoding?: string
   /** `iothub-ack`: `none`, `positive`, `negative` or `full`. */
   ack?: string
+}
+
+/** Settings of a `LocalIotHub` beyond its lock timeout (all optional). */
+export interface HubStartOptions {
+  /** Deliveries after which a message not completed is dead-lettered (1-100; IoT Hub: 10). */
+  maxDeliveryCount?: number
+  /**
+   * TLS on the MQTT device endpoint too (a certificate the hub generates: trust `caPem`;
+   * it is what X.509 devices need), instead of plain TCP.
+   */
+  deviceTls?: boolean
 }
 
 /** A telemetry message as the hub received it. */

@@ -471,7 +471,7 @@ export declare function benchRustGet(url: string, n: number, depth: number): Pro
  * feature. */
 export declare const LocalIotHub: typeof native.LocalIotHub;
 export type LocalIotHub = native.LocalIotHub;
-export type { DeviceConnectOptions, DeviceStats, HubSendOptions, HubTelemetry, Property, } from './binding';
+export type { DeviceConnectOptions, DeviceStats, HubSendOptions, HubStartOptions, HubTelemetry, Property, } from './binding';
 /** Telemetry options for {@link DeviceClient.sendEvent}. */
 export interface EventOptions {
     /** Application properties in order; a `null` value is a null property. */
@@ -482,9 +482,12 @@ export interface EventOptions {
     contentType?: string;
 }
 /**
- * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
- * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with
- * `ERR_NOT_SUPPORTED` (IoT Hub has neither over MQTT).
+ * A received cloud-to-device message. Nothing is settled until the application says so:
+ * `await msg.complete()`, or over AMQP `msg.reject()` (the hub dead-letters it) or
+ * `msg.abandon()` (the hub delivers it again). Over MQTT completions are acknowledged in
+ * arrival order, and `reject()` and `abandon()` reject with `ERR_NOT_SUPPORTED` (IoT Hub has
+ * neither over MQTT). A settlement the hub can no longer take (the message's connection was
+ * lost, or the hub delivered it again) rejects with `ERR_LOCK_LOST`.
  */
 export declare class C2dMessage {
     private readonly native;
@@ -503,15 +506,24 @@ export declare class C2dMessage {
     get properties(): native.Property[];
     /** True when the message was delivered before (at-least-once delivery). */
     get isRedelivery(): boolean;
-    /** Completes the message (its PUBACK goes out in arrival order). */
+    /** Over AMQP, how many times the hub delivered the message before (0 the first time, one
+     * more after each abandon or lost lock); `null` over MQTT. */
+    get deliveryCount(): number | null;
+    /** Completes the message (over MQTT its PUBACK goes out in arrival order; over AMQP it is
+     * settled on its own): the hub's feedback says `Success`. */
     complete(): Promise<void>;
-    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    /** Rejects the message over AMQP: the hub dead-letters it (feedback `Rejected`). Rejects
+     * with `ERR_NOT_SUPPORTED` over MQTT. */
     reject(): Promise<void>;
-    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    /** Abandons the message over AMQP: the hub delivers it again (`deliveryCount` + 1), or
+     * dead-letters it once it was delivered its maximum number of times (feedback
+     * `DeliveryCountExceeded`). Rejects with `ERR_NOT_SUPPORTED` over MQTT. */
     abandon(): Promise<void>;
 }
 /**
- * An IoT Hub device client over MQTT 3.1.1.
+ * An IoT Hub device client over MQTT 3.1.1 (the default) or AMQP 1.0 (`transport: 'amqp'`),
+ * authenticated by a shared access key, a SAS token or an X.509 certificate (`certFile` and
+ * `keyFile` with a connection string that says `x509=true`).
  *
  * ```ts
  * const device = await DeviceClient.connect('HostName=...;DeviceId=dev1;SharedAccessKey=...');
@@ -524,11 +536,14 @@ export declare class C2dMessage {
 export declare class DeviceClient implements AsyncIterable<C2dMessage> {
     private readonly native;
     private constructor();
-    /** Connects (resolves once subscribed to the device's C2D topic). */
+    /** Connects (resolves once subscribed to the device's C2D messages). A mistake in the
+     * options (an unknown transport, `certFile` without `keyFile`, `tls: false` with a TLS
+     * file...) rejects with `ERR_INVALID_ARGUMENT` before any connection is tried. */
     static connect(connectionString: string, options?: native.DeviceConnectOptions): Promise<DeviceClient>;
     get deviceId(): string;
     get state(): ConnectionState;
-    /** Counters of the client's life (received, redelivered, acknowledged, tokenRenewals...). */
+    /** Counters of the client's life (received, redelivered, acknowledged, rejected, abandoned,
+     * tokenRenewals...). */
     get stats(): native.DeviceStats;
     /**
      * The next message; rejects with `ERR_DISCONNECTED` once the client is closed (after the

@@ -848,9 +848,12 @@ function benchRustGet(url, n, depth) {
  * feature. */
 exports.LocalIotHub = testTooling('LocalIotHub', native.LocalIotHub);
 /**
- * A received cloud-to-device message. Nothing is acknowledged until `await msg.complete()`;
- * completions are acknowledged in arrival order. `reject()` and `abandon()` reject with
- * `ERR_NOT_SUPPORTED` (IoT Hub has neither over MQTT).
+ * A received cloud-to-device message. Nothing is settled until the application says so:
+ * `await msg.complete()`, or over AMQP `msg.reject()` (the hub dead-letters it) or
+ * `msg.abandon()` (the hub delivers it again). Over MQTT completions are acknowledged in
+ * arrival order, and `reject()` and `abandon()` reject with `ERR_NOT_SUPPORTED` (IoT Hub has
+ * neither over MQTT). A settlement the hub can no longer take (the message's connection was
+ * lost, or the hub delivered it again) rejects with `ERR_LOCK_LOST`.
  */
 class C2dMessage {
     native;
@@ -893,22 +896,33 @@ class C2dMessage {
     get isRedelivery() {
         return this.native.isRedelivery;
     }
-    /** Completes the message (its PUBACK goes out in arrival order). */
+    /** Over AMQP, how many times the hub delivered the message before (0 the first time, one
+     * more after each abandon or lost lock); `null` over MQTT. */
+    get deliveryCount() {
+        return this.native.deliveryCount;
+    }
+    /** Completes the message (over MQTT its PUBACK goes out in arrival order; over AMQP it is
+     * settled on its own): the hub's feedback says `Success`. */
     async complete() {
         this.native.complete();
     }
-    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    /** Rejects the message over AMQP: the hub dead-letters it (feedback `Rejected`). Rejects
+     * with `ERR_NOT_SUPPORTED` over MQTT. */
     async reject() {
         this.native.reject();
     }
-    /** Always rejects with `ERR_NOT_SUPPORTED`. */
+    /** Abandons the message over AMQP: the hub delivers it again (`deliveryCount` + 1), or
+     * dead-letters it once it was delivered its maximum number of times (feedback
+     * `DeliveryCountExceeded`). Rejects with `ERR_NOT_SUPPORTED` over MQTT. */
     async abandon() {
         this.native.abandon();
     }
 }
 exports.C2dMessage = C2dMessage;
 /**
- * An IoT Hub device client over MQTT 3.1.1.
+ * An IoT Hub device client over MQTT 3.1.1 (the default) or AMQP 1.0 (`transport: 'amqp'`),
+ * authenticated by a shared access key, a SAS token or an X.509 certificate (`certFile` and
+ * `keyFile` with a connection string that says `x509=true`).
  *
  * ```ts
  * const device = await DeviceClient.connect('HostName=...;DeviceId=dev1;SharedAccessKey=...');
@@ -923,7 +937,9 @@ class DeviceClient {
     constructor(native) {
         this.native = native;
     }
-    /** Connects (resolves once subscribed to the device's C2D topic). */
+    /** Connects (resolves once subscribed to the device's C2D messages). A mistake in the
+     * options (an unknown transport, `certFile` without `keyFile`, `tls: false` with a TLS
+     * file...) rejects with `ERR_INVALID_ARGUMENT` before any connection is tried. */
     static async connect(connectionString, options) {
         return new DeviceClient(await native.NativeDeviceClient.connect(connectionString, options));
     }
@@ -933,7 +949,8 @@ class DeviceClient {
     get state() {
         return this.native.state;
     }
-    /** Counters of the client's life (received, redelivered, acknowledged, tokenRenewals...). */
+    /** Counters of the client's life (received, redelivered, acknowledged, rejected, abandoned,
+     * tokenRenewals...). */
     get stats() {
         return this.native.stats;
     }

@@ -3,7 +3,9 @@
 //! async iterator.
 
 use mqstate::Error;
-use mqstate::iothub::{C2dMessage, DeviceClient, DeviceOptions, Telemetry};
+use std::path::PathBuf;
+
+use mqstate::iothub::{C2dMessage, DeviceClient, DeviceOptions, DeviceSettings, Telemetry};
 use napi::Env;
 use napi::bindgen_prelude::{BufferSlice, Either, Null, PromiseRaw, Uint8ArraySlice};
 use napi_derive::napi;
@@ -11,21 +13,39 @@ use napi_derive::napi;
 use crate::error::js_error;
 use crate::util::{bytes, millis, rejected, spawn};
 
-/// Where and how a device connects (all optional; the connection string says the rest).
+/// Where and how a device connects (all optional; the connection string says the rest). The
+/// rules of the merge (which value wins, when TLS is on, what a certificate needs) are the
+/// core's (`DeviceSettings::resolve`); a mistake rejects with `ERR_INVALID_ARGUMENT`.
 #[napi(object)]
 #[derive(Debug, Default)]
 pub struct DeviceConnectOptions {
+    /// `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order)
+    /// or `"amqp"` (messages can be completed, rejected or abandoned, each on its own); the
+    /// names the core knows, in any case (another rejects with `ERR_INVALID_ARGUMENT`).
+    #[napi(ts_type = "'mqtt' | 'amqp' | (string & {})")]
+    pub transport: Option<String>,
     /// Host to connect to (default: the connection string's HostName).
     pub host: Option<String>,
-    /// Port (default 8883).
+    /// Port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
     pub port: Option<u32>,
-    /// TLS (default true); false for a local hub's plain TCP endpoint.
+    /// TLS (default true); false for a local hub's plain TCP endpoint (not with a TLS file).
     pub tls: Option<bool>,
-    /// PEM file of the CA to trust.
+    /// PEM file of the CAs to trust instead of the system's.
     pub ca_file: Option<String>,
-    /// Lifetime of each generated SAS token, in milliseconds (default one hour).
+    /// PEM certificate (chain) of an X.509 device (connection string `x509=true`); needs
+    /// `keyFile`.
+    pub cert_file: Option<String>,
+    /// PEM private key of `certFile`.
+    pub key_file: Option<String>,
+    /// Lifetime of each generated SAS token, in milliseconds (default one hour, at least 10 s).
     pub token_lifetime_ms: Option<f64>,
-    /// Messages open (received, not completed) before the client stops reading (default 64).
+    /// MQTT keep-alive, or the AMQP idle timeout, in milliseconds (default 60 s).
+    pub keep_alive_ms: Option<f64>,
+    /// How long a connection attempt may take, in milliseconds (default 30 s).
+    pub connect_timeout_ms: Option<f64>,
+    /// How long sending an event waits for the hub, in milliseconds (default 30 s).
+    pub operation_timeout_ms: Option<f64>,
+    /// Messages received and not settled before the client stops reading (default 64).
     pub receive_buffer: Option<u32>,
 }
 
@@ -39,27 +59,29 @@ pub struct Property {
     pub value: Either<String, Null>,
 }
 
+/// The core options: fills a [`DeviceSettings`], whose `resolve` holds every rule of the merge
+/// and all its checks; this converts JavaScript types only.
 fn options(cs: &str, o: DeviceConnectOptions) -> Result<DeviceOptions, Error> {
-    let mut options = DeviceOptions::from_connection_string(cs)?;
-    if let Some(h) = o.host {
-        options.connect_host = Some(h);
-    }
-    if let Some(p) = o.port {
-        options.port = u16::try_from(p)
-            .map_err(|_| Error::InvalidArgument(format!("port {p} is out of range")))?;
-    }
-    if o.tls == Some(false) {
-        options.tls = None;
-    } else if let Some(ca) = o.ca_file {
-        options.tls = Some(options.tls.take().unwrap_or_default().with_ca_file(ca));
-    }
-    if let Some(t) = millis("tokenLifetimeMs", o.token_lifetime_ms)? {
-        options.token_lifetime = t;
-    }
-    if let Some(n) = o.receive_buffer {
-        options.receive_buffer = n as usize;
-    }
-    Ok(options)
+    let mut s = DeviceSettings::new(cs);
+    s.transport = o.transport.map(|t| t.parse()).transpose()?;
+    s.host = o.host;
+    s.port = o
+        .port
+        .map(|p| {
+            u16::try_from(p)
+                .map_err(|_| Error::InvalidArgument(format!("port {p} is out of range")))
+        })
+        .transpose()?;
+    s.tls = o.tls;
+    s.ca_file = o.ca_file.map(PathBuf::from);
+    s.cert_file = o.cert_file.map(PathBuf::from);
+    s.key_file = o.key_file.map(PathBuf::from);
+    s.token_lifetime = millis("tokenLifetimeMs", o.token_lifetime_ms)?;
+    s.keep_alive = millis("keepAliveMs", o.keep_alive_ms)?;
+    s.connect_timeout = millis("connectTimeoutMs", o.connect_timeout_ms)?;
+    s.operation_timeout = millis("operationTimeoutMs", o.operation_timeout_ms)?;
+    s.receive_buffer = o.receive_buffer.map(|n| n as usize);
+    s.resolve()
 }
 
 /// Counters of a device client's life.
@@ -70,9 +92,15 @@ pub struct DeviceStats {
     pub received: f64,
     /// Of those, recognised as redeliveries.
     pub redelivered: f64,
-    /// PUBACKs sent (completions released in arrival order).
+    /// Completions sent: PUBACKs (MQTT, released in arrival order) or accepted dispositions
+    /// (AMQP).
     pub acknowledged: f64,
-    /// Completions refused because the message's connection dropped or it was delivered again.
+    /// Rejections sent (AMQP only).
+    pub rejected: f64,
+    /// Abandons sent (AMQP only).
+    pub abandoned: f64,
+    /// Settlements refused (`ERR_LOCK_LOST`) because the message's connection dropped or it
+    /// was delivered again.
     pub stale_completions: f64,
     /// Connections made (the first included).
     pub connections: f64,
@@ -82,7 +110,7 @@ pub struct DeviceStats {
     pub malformed: f64,
 }
 
-/// A device connection to IoT Hub (MQTT 3.1.1).
+/// A device connection to IoT Hub (MQTT 3.1.1 or AMQP 1.0).
 #[napi]
 #[derive(Debug)]
 pub struct NativeDeviceClient {
@@ -164,6 +192,8 @@ impl NativeDeviceClient {
             received: n(s.received),
             redelivered: n(s.redelivered),
             acknowledged: n(s.acknowledged),
+            rejected: n(s.rejected),
+            abandoned: n(s.abandoned),
             stale_completions: n(s.stale_completions),
             connections: n(s.connections),
             token_renewals: n(s.token_renewals),
@@ -294,17 +324,27 @@ impl NativeC2dMessage {
     pub fn is_redelivery(&self) -> bool {
         self.inner.is_redelivery()
     }
-    /// Completes the message (its PUBACK goes out in arrival order).
+    /// Over AMQP, how many times the hub delivered the message before (0 the first time);
+    /// null over MQTT.
+    #[napi(getter)]
+    pub fn delivery_count(&self) -> Option<u32> {
+        self.inner.delivery_count()
+    }
+    /// Completes the message (over MQTT its PUBACK goes out in arrival order; over AMQP it is
+    /// settled on its own). Throws `ERR_LOCK_LOST` when the hub gave the message up.
     #[napi]
     pub fn complete(&self, env: Env) -> napi::Result<()> {
         self.inner.complete().map_err(|e| js_error(&env, &e, &[]))
     }
-    /// Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot reject over MQTT).
+    /// Rejects the message (AMQP: the hub dead-letters it, `Rejected` feedback); throws
+    /// `ERR_NOT_SUPPORTED` over MQTT, `ERR_LOCK_LOST` when the hub gave the message up.
     #[napi]
     pub fn reject(&self, env: Env) -> napi::Result<()> {
         self.inner.reject().map_err(|e| js_error(&env, &e, &[]))
     }
-    /// Always throws `ERR_NOT_SUPPORTED` (IoT Hub cannot abandon over MQTT).
+    /// Abandons the message (AMQP: the hub delivers it again, or dead-letters it past its
+    /// maximum delivery count); throws `ERR_NOT_SUPPORTED` over MQTT, `ERR_LOCK_LOST` when the
+    /// hub gave the message up.
     #[napi]
     pub fn abandon(&self, env: Env) -> napi::Result<()> {
         self.inner.abandon().map_err(|e| js_error(&env, &e, &[]))

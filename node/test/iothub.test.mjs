@@ -5,7 +5,12 @@
 // fails the test instead of hanging the suite.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DeviceClient, LocalIotHub } from '../index.js';
+import { execFileSync } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DeviceClient, FaultProxy, LocalIotHub } from '../index.js';
 
 /** Generous: the machine running the tests may be very busy. */
 const WAIT = 30_000;
@@ -13,13 +18,25 @@ const WAIT = 30_000;
 let hub;
 /** A hub with a 2 s lock, for the redelivery test only (the others must not see redeliveries). */
 let shortLockHub;
+/** A message dead-lettered at its second delivery, for the AMQP settlements. */
+let amqpHub;
+/** TLS on the MQTT device endpoint too, for X.509 devices. */
+let tlsHub;
+/** Scratch files: the hubs' CA certificates, the devices' certificates and keys. */
+let dir;
 before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'mqstate-iothub-'));
   hub = await LocalIotHub.start(60_000);
   shortLockHub = await LocalIotHub.start(2_000);
+  amqpHub = await LocalIotHub.start(60_000, { maxDeliveryCount: 2 });
+  tlsHub = await LocalIotHub.start(60_000, { deviceTls: true });
 });
 after(async () => {
   await hub?.stop();
   await shortLockHub?.stop();
+  await amqpHub?.stop();
+  await tlsHub?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 async function eventually(check, what) {
@@ -242,4 +259,210 @@ test('wrong key: ERR_AUTHENTICATION', async () => {
     }),
     { code: 'ERR_AUTHENTICATION' },
   );
+});
+
+// --- AMQP: complete, reject, abandon ---------------------------------------------------------
+
+/** The hub's CA certificate in a file, for `caFile`. */
+function caFile(h, name) {
+  const pem = h.caPem;
+  assert.ok(pem, 'the hub made a certificate for its TLS endpoints');
+  const file = join(dir, `${name}-ca.pem`);
+  writeFileSync(file, pem);
+  return file;
+}
+
+/** Options for the hub's AMQP endpoint (TLS, trusting its certificate). */
+function amqpOptions(h, name) {
+  return { transport: 'amqp', port: h.amqpPort, caFile: caFile(h, name) };
+}
+
+test('AMQP: complete, reject and abandon each settle their own message, with feedback', async () => {
+  const cs = amqpHub.addDevice('a-settle');
+  const device = await DeviceClient.connect(cs, amqpOptions(amqpHub, 'a-settle'));
+  for (const mid of ['ok', 'bad', 'later']) amqpHub.send('a-settle', mid, mid, [], { ack: 'full' });
+  const seen = [];
+  let settled = 0;
+  while (settled < 3) {
+    const msg = await next(device);
+    seen.push([msg.messageId, msg.deliveryCount]);
+    if (msg.messageId === 'bad') {
+      await msg.reject();
+      // Settled once: a second settlement is a mistake.
+      await assert.rejects(msg.complete(), { code: 'ERR_INVALID_ARGUMENT' });
+    } else if (msg.messageId === 'later' && msg.deliveryCount === 0) {
+      await msg.abandon();
+      continue;
+    } else {
+      await msg.complete();
+    }
+    settled++;
+  }
+  // The abandoned message came again, its delivery count one more.
+  assert.deepEqual(
+    seen.filter(([mid]) => mid === 'later'),
+    [
+      ['later', 0],
+      ['later', 1],
+    ],
+  );
+  assert.equal(seen[seen.length - 1][0], 'later', 'the abandoned message came back after the others');
+  await eventually(() => amqpHub.feedback('later') === 'Success', 'later completed');
+  assert.equal(amqpHub.feedback('ok'), 'Success');
+  await eventually(() => amqpHub.feedback('bad') === 'Rejected', 'bad rejected');
+  assert.equal(amqpHub.deadLettered('a-settle'), 1, 'the rejected message was dead-lettered');
+  assert.equal(amqpHub.completed('a-settle'), 2);
+  const { acknowledged, rejected, abandoned } = device.stats;
+  assert.deepEqual({ acknowledged, rejected, abandoned }, { acknowledged: 2, rejected: 1, abandoned: 1 });
+  await device.close();
+});
+
+test('AMQP: abandoned past the max delivery count, a message is dead-lettered', async () => {
+  const cs = amqpHub.addDevice('a-dead');
+  const device = await DeviceClient.connect(cs, amqpOptions(amqpHub, 'a-dead'));
+  amqpHub.send('a-dead', 'x', 'dead1', [], { ack: 'negative' });
+  for (const count of [0, 1]) {
+    const msg = await next(device, `delivery ${count}`);
+    assert.equal(msg.messageId, 'dead1');
+    assert.equal(msg.deliveryCount, count);
+    await msg.abandon();
+  }
+  await eventually(() => amqpHub.feedback('dead1') === 'DeliveryCountExceeded', 'dead-lettered');
+  assert.equal(amqpHub.deadLettered('a-dead'), 1);
+  assert.equal(await device.receive(300), null, 'not delivered a third time');
+  await device.close();
+});
+
+test('AMQP: settling a message of a lost connection rejects with ERR_LOCK_LOST', async () => {
+  // The default max delivery count: the second connection may take a delivery too.
+  const cs = hub.addDevice('a-lost');
+  const options = amqpOptions(hub, 'a-lost');
+  const device = await DeviceClient.connect(cs, options);
+  hub.send('a-lost', 'k', 'kept');
+  const before = await next(device);
+  assert.equal(before.deliveryCount, 0);
+  // A second connection of the device makes the hub drop the first, which reconnects.
+  await (await DeviceClient.connect(cs, options)).close();
+  const again = await next(device, 'the redelivery on the new connection');
+  assert.equal(again.messageId, 'kept');
+  assert.equal(again.isRedelivery, true);
+  assert.ok(again.deliveryCount >= 1, `deliveryCount ${again.deliveryCount}`);
+  for (const settle of ['complete', 'reject', 'abandon']) {
+    await assert.rejects(before[settle](), { code: 'ERR_LOCK_LOST', message: /has closed/ }, settle);
+  }
+  assert.equal(device.stats.staleCompletions, 3, JSON.stringify(device.stats));
+  await again.complete();
+  await eventually(() => hub.completed('a-lost') === 1, 'completed once');
+  await device.close();
+});
+
+test('MQTT: deliveryCount is null', async () => {
+  const device = await connect(hub, 'n-count');
+  hub.send('n-count', 'x', 'c1');
+  const msg = await next(device);
+  assert.equal(msg.deliveryCount, null);
+  await msg.complete();
+  await device.close();
+});
+
+// --- X.509 devices ---------------------------------------------------------------------------
+
+/** A self-signed certificate for `cn` (openssl), as files; with its SHA-256 thumbprint. */
+function certificate(name, cn) {
+  const certFile = join(dir, `${name}.pem`);
+  const keyFile = join(dir, `${name}.key`);
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
+      .concat(['-keyout', keyFile, '-out', certFile, '-days', '2', '-subj', `/CN=${cn}`]),
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  // `sha256 Fingerprint=AB:CD:...`: the SHA-256 of the DER, the hub's thumbprint.
+  const printed = execFileSync('openssl', ['x509', '-in', certFile, '-noout', '-fingerprint', '-sha256'], {
+    encoding: 'utf8',
+  });
+  const thumbprint = printed.trim().split('=')[1];
+  assert.equal(thumbprint, new X509Certificate(readFileSync(certFile)).fingerprint256);
+  return { certFile, keyFile, thumbprint };
+}
+
+test('X.509: a device with its certificate receives over MQTT with TLS; another certificate is refused', async () => {
+  const { certFile, keyFile, thumbprint } = certificate('x1', 'x1');
+  const cs = tlsHub.addX509Device('x1', thumbprint);
+  assert.equal(cs, 'HostName=localhost;DeviceId=x1;x509=true;GatewayHostName=127.0.0.1');
+  const ca = caFile(tlsHub, 'tls');
+  const options = { port: tlsHub.port, caFile: ca };
+  const device = await DeviceClient.connect('HostName=localhost;DeviceId=x1;x509=true', {
+    ...options,
+    certFile,
+    keyFile,
+  });
+  assert.equal(device.state, 'connected');
+  tlsHub.send('x1', 'by certificate', 'x509-1');
+  const msg = await next(device);
+  assert.equal(msg.payload.toString(), 'by certificate');
+  await msg.complete();
+  await eventually(() => tlsHub.completed('x1') === 1, 'completed');
+  await device.close();
+
+  // Same subject, another key: not the registered thumbprint (through the connection string
+  // addX509Device returned, to 127.0.0.1).
+  const other = certificate('other', 'x1');
+  await assert.rejects(
+    DeviceClient.connect(cs, { ...options, certFile: other.certFile, keyFile: other.keyFile }),
+    { code: 'ERR_AUTHENTICATION', message: /NotAuthorized/ },
+  );
+});
+
+// --- Options -----------------------------------------------------------------------------------
+
+test('option mistakes reject with ERR_INVALID_ARGUMENT and the core message, before connecting', async () => {
+  const x509 = 'HostName=localhost;DeviceId=x1;x509=true';
+  const sas = hub.addDevice('n-options');
+  const cases = [
+    [x509, { certFile: join(dir, 'x1.pem') }, /needs both cert_file and key_file/],
+    [x509, { keyFile: join(dir, 'x1.key') }, /needs both cert_file and key_file/],
+    [x509, { port: hub.port }, /x509=true: give the device's certificate and key/],
+    [sas, { certFile: 'd.pem', keyFile: 'd.key' }, /for X\.509 devices/],
+    [sas, { tls: false, caFile: 'ca.pem' }, /TLS is turned off/],
+    [sas, { transport: 'http' }, /unknown transport "http"/],
+    [sas, { keepAliveMs: 2_000_000 }, /keep-alive .* is outside/],
+    [sas, { port: 70_000 }, /port 70000 is out of range/],
+    [sas, { connectTimeoutMs: -1 }, /connectTimeoutMs must be a finite, non-negative number/],
+    [sas, { operationTimeoutMs: Number.NaN }, /operationTimeoutMs must be a finite/],
+  ];
+  for (const [cs, options, message] of cases) {
+    await assert.rejects(DeviceClient.connect(cs, options), { code: 'ERR_INVALID_ARGUMENT', message }, JSON.stringify(options));
+  }
+  // The transport's name in any case, as the core parses it.
+  const amqp = await DeviceClient.connect(sas, { ...amqpOptions(hub, 'n-options'), transport: 'AMQP' });
+  hub.send('n-options', 'x', 'o1');
+  const msg = await next(amqp);
+  assert.equal(msg.deliveryCount, 0, 'received over AMQP');
+  await msg.complete();
+  await amqp.close();
+});
+
+test('connectTimeoutMs and operationTimeoutMs bound the waits on a stalled hub', async () => {
+  const cs = hub.addDevice('n-timeouts');
+  const proxy = await FaultProxy.start(hub.port);
+  try {
+    proxy.setStalled(true);
+    let started = Date.now();
+    await assert.rejects(
+      DeviceClient.connect(cs, { port: proxy.port, tls: false, connectTimeoutMs: 1000 }),
+      { code: 'ERR_TIMEOUT' },
+    );
+    assert.ok(Date.now() - started < 10_000, `gave up after ${Date.now() - started} ms, not about 1 s`);
+
+    proxy.setStalled(false);
+    const device = await DeviceClient.connect(cs, { port: proxy.port, tls: false, operationTimeoutMs: 1000 });
+    proxy.setStalled(true);
+    started = Date.now();
+    await assert.rejects(device.sendEvent('lost'), { code: 'ERR_TIMEOUT' });
+    assert.ok(Date.now() - started < 10_000, `gave up after ${Date.now() - started} ms, not about 1 s`);
+    await device.close();
+  } finally {
+    proxy.stop();
+  }
 });

@@ -1,14 +1,19 @@
 // Compiled (never run) by scripts/test-node with `tsc --noEmit -p test/tsconfig.json`: the
 // checked-in typings describe the API as documented. A mistake here fails the test script.
 import {
+  C2dMessage,
   Client,
+  DeviceClient,
   Hlc,
   LeaderElection,
   Lease,
+  LocalIotHub,
   LocalServer,
   Lock,
   Scan,
   isMqstateError,
+  type DeviceConnectOptions,
+  type DeviceStats,
   type LeaseEvent,
   type LeadershipEvent,
   type MqstateError,
@@ -114,4 +119,50 @@ export async function typed(): Promise<void> {
   }
   await Promise.all([client.close(), other.close()]);
   await server.shutdown();
+}
+
+// The IoT Hub device client: every connection option, AMQP settlement and deliveryCount, the
+// test hub's AMQP, feedback and X.509 calls.
+export async function typedIotHub(): Promise<void> {
+  const hub: LocalIotHub = await LocalIotHub.start(2000, { maxDeliveryCount: 2 });
+  const tlsHub: LocalIotHub = await LocalIotHub.start(undefined, { deviceTls: true });
+  const amqpPort: number = hub.amqpPort;
+  const caPem: string | null = hub.caPem;
+  const options: DeviceConnectOptions = {
+    transport: 'amqp',
+    host: '127.0.0.1',
+    port: amqpPort,
+    tls: true,
+    caFile: '/tmp/hub-ca.pem',
+    tokenLifetimeMs: 60_000,
+    keepAliveMs: 30_000,
+    connectTimeoutMs: 5_000,
+    operationTimeoutMs: 5_000,
+    receiveBuffer: 8,
+  };
+  const mqtt: DeviceConnectOptions = { transport: 'mqtt' };
+  const later: DeviceConnectOptions = { transport: 'amqp-ws' }; // names the core adds later
+  const device: DeviceClient = await DeviceClient.connect(hub.addDevice('d'), options);
+  const msg: C2dMessage | null = await device.receive(1000);
+  if (msg !== null) {
+    const count: number | null = msg.deliveryCount;
+    const settled: Promise<void> = count === 0 ? msg.abandon() : msg.reject();
+    await settled;
+    await msg.complete();
+  }
+  const stats: DeviceStats = device.stats;
+  const settlements: number = stats.acknowledged + stats.rejected + stats.abandoned;
+  const feedback: string | null = hub.feedback('m1');
+  const dead: number = hub.deadLettered('d');
+  const cs: string = tlsHub.addX509Device('x1', 'AB:CD');
+  const x509: DeviceClient = await DeviceClient.connect(cs, {
+    host: 'localhost',
+    port: tlsHub.port,
+    caFile: '/tmp/hub-ca.pem',
+    certFile: '/tmp/x1.pem',
+    keyFile: '/tmp/x1.key',
+  });
+  void [caPem, mqtt, later, settlements, feedback, dead];
+  await Promise.all([device.close(), x509.close()]);
+  await Promise.all([hub.stop(), tlsHub.stop()]);
 }

@@ -8,6 +8,9 @@ use napi::Env;
 use napi::bindgen_prelude::{Either, PromiseRaw, Uint8ArraySlice};
 use napi_derive::napi;
 
+use mqstate_server::iothub::registry::DeviceUpdate;
+use mqstate_server::iothub::x509::Authentication;
+
 use crate::error::js_error;
 use crate::iothub::{Property, nullable};
 use crate::util::{bytes, millis, rejected, spawn};
@@ -26,6 +29,17 @@ pub struct HubSendOptions {
     pub content_encoding: Option<String>,
     /// `iothub-ack`: `none`, `positive`, `negative` or `full`.
     pub ack: Option<String>,
+}
+
+/// Settings of a `LocalIotHub` beyond its lock timeout (all optional).
+#[napi(object)]
+#[derive(Debug, Default)]
+pub struct HubStartOptions {
+    /// Deliveries after which a message not completed is dead-lettered (1-100; IoT Hub: 10).
+    pub max_delivery_count: Option<u32>,
+    /// TLS on the MQTT device endpoint too (a certificate the hub generates: trust `caPem`;
+    /// it is what X.509 devices need), instead of plain TCP.
+    pub device_tls: Option<bool>,
 }
 
 /// A telemetry message as the hub received it.
@@ -49,7 +63,9 @@ impl std::fmt::Debug for HubTelemetry {
     }
 }
 
-/// A local IoT Hub in this process, for tests (plain TCP device endpoint on 127.0.0.1).
+/// A local IoT Hub in this process, for tests: an MQTT device endpoint on 127.0.0.1 (plain TCP
+/// unless started with `deviceTls`), an AMQP endpoint over TLS (`amqpPort`, trusting
+/// `caPem`). Feedback records are made at once (batches of one).
 #[napi]
 #[derive(Debug)]
 pub struct LocalIotHub {
@@ -68,15 +84,24 @@ impl LocalIotHub {
     pub fn start(
         env: &Env,
         lock_timeout_ms: Option<f64>,
+        options: Option<HubStartOptions>,
     ) -> napi::Result<PromiseRaw<'_, LocalIotHub>> {
+        let options = options.unwrap_or_default();
         let mut config = mqstate_server::iothub::IotHubConfig {
             admin_port: None,
+            feedback_batch_size: 1,
             ..Default::default()
         };
         match millis("lockTimeoutMs", lock_timeout_ms) {
             Ok(Some(t)) => config.lock_timeout = t,
             Ok(None) => {}
             Err(e) => return rejected(env, e),
+        }
+        if let Some(n) = options.max_delivery_count {
+            config.max_delivery_count = n;
+        }
+        if options.device_tls == Some(true) {
+            config.tls = mqstate_server::iothub::DeviceTls::SelfSigned;
         }
         spawn(
             env,
@@ -96,13 +121,81 @@ impl LocalIotHub {
         )
     }
 
-    /// The device endpoint's port.
+    /// The MQTT device endpoint's port.
     #[napi(getter)]
     pub fn port(&self) -> u32 {
         self.hub
             .endpoints()
             .device_endpoint
             .map_or(0, |a| u32::from(a.port()))
+    }
+
+    /// The AMQP device endpoint's port (TLS: connect with `{ transport: 'amqp', port:
+    /// hub.amqpPort, caFile }`, `caFile` holding `caPem`).
+    #[napi(getter)]
+    pub fn amqp_port(&self) -> u32 {
+        self.hub
+            .endpoints()
+            .amqp_endpoint
+            .map_or(0, |a| u32::from(a.port()))
+    }
+
+    /// The PEM certificate the hub generated for its TLS endpoints (write it to a file for
+    /// `caFile`), or null when it uses none.
+    #[napi(getter)]
+    pub fn ca_pem(&self) -> Option<String> {
+        self.hub.ca_certificate_pem()
+    }
+
+    /// The status of the newest feedback record of `messageId` (`Success`, `Rejected`,
+    /// `DeliveryCountExceeded`, `Expired`, `Purged`), or null while there is none.
+    #[napi]
+    pub fn feedback(&self, message_id: String) -> Option<String> {
+        self.hub
+            .recent_feedback()
+            .into_iter()
+            .rev()
+            .find(|r| r.original_message_id.as_deref() == Some(message_id.as_str()))
+            .map(|r| format!("{:?}", r.status_code))
+    }
+
+    /// How many of the device's recent messages were dead-lettered.
+    #[napi]
+    pub fn dead_lettered(&self, env: Env, device_id: String) -> napi::Result<u32> {
+        self.finished(
+            &env,
+            &device_id,
+            mqstate_server::iothub::MessageState::DeadLettered,
+        )
+    }
+
+    /// Registers a self-signed X.509 device known by the SHA-1 or SHA-256 thumbprint of its
+    /// certificate (hex, colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints
+    /// it); returns its connection string (`x509=true`, pointed at this hub like `addDevice`'s).
+    /// It connects with `certFile` and `keyFile` to a hub started with `deviceTls`.
+    #[napi(js_name = "addX509Device")]
+    pub fn add_x509_device(
+        &self,
+        env: Env,
+        device_id: String,
+        thumbprint: String,
+    ) -> napi::Result<String> {
+        let r = Authentication::self_signed(Some(&thumbprint), None).and_then(|auth| {
+            self.hub.create_device(
+                &device_id,
+                &DeviceUpdate {
+                    authentication: Some(auth),
+                    ..DeviceUpdate::default()
+                },
+            )
+        });
+        r.map(|_| {
+            format!(
+                "HostName={};DeviceId={device_id};x509=true;GatewayHostName=127.0.0.1",
+                self.hub_name()
+            )
+        })
+        .map_err(|e| js_error(&env, &hub_error(e), &[]))
     }
 
     /// Registers a device; returns its connection string (connect with `{ port, tls: false }`).
@@ -162,15 +255,11 @@ impl LocalIotHub {
     /// How many of the device's recent messages were Completed.
     #[napi]
     pub fn completed(&self, env: Env, device_id: String) -> napi::Result<u32> {
-        self.hub
-            .queue(&device_id)
-            .map(|q| {
-                q.finished
-                    .iter()
-                    .filter(|m| m.state == mqstate_server::iothub::MessageState::Completed)
-                    .count() as u32
-            })
-            .map_err(|e| js_error(&env, &hub_error(e), &[]))
+        self.finished(
+            &env,
+            &device_id,
+            mqstate_server::iothub::MessageState::Completed,
+        )
     }
 
     /// The telemetry the device sent (oldest first), bodies byte for byte.
@@ -227,5 +316,25 @@ impl LocalIotHub {
             },
             |_, ()| Ok(()),
         )
+    }
+}
+
+impl LocalIotHub {
+    /// How many of the device's recent messages ended in `state`.
+    fn finished(
+        &self,
+        env: &Env,
+        device_id: &str,
+        state: mqstate_server::iothub::MessageState,
+    ) -> napi::Result<u32> {
+        self.hub
+            .queue(device_id)
+            .map(|q| q.finished.iter().filter(|m| m.state == state).count() as u32)
+            .map_err(|e| js_error(env, &hub_error(e), &[]))
+    }
+
+    /// The hub's host name (what connection strings say).
+    fn hub_name(&self) -> String {
+        self.hub.info().hostname
     }
 }
