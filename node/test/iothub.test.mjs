@@ -414,6 +414,25 @@ test('X.509: a device with its certificate receives over MQTT with TLS; another 
   );
 });
 
+test('X.509 over AMQP: the certificate authorizes the links (no SASL, no $cbs); the device rejects; another certificate is refused', async () => {
+  const { certFile, keyFile, thumbprint } = certificate('xa', 'xa');
+  const cs = tlsHub.addX509Device('xa', thumbprint);
+  const options = { transport: 'amqp', port: tlsHub.amqpPort, caFile: caFile(tlsHub, 'tls') };
+  const device = await DeviceClient.connect(cs, { ...options, certFile, keyFile });
+  tlsHub.send('xa', 'no thanks', 'x509-amqp-1', [], { ack: 'full' });
+  const msg = await next(device);
+  assert.equal(msg.deliveryCount, 0);
+  await msg.reject();
+  await eventually(() => tlsHub.feedback('x509-amqp-1') === 'Rejected', 'rejected');
+  await device.close();
+
+  const other = certificate('other-a', 'xa');
+  await assert.rejects(
+    DeviceClient.connect(cs, { ...options, certFile: other.certFile, keyFile: other.keyFile }),
+    { code: 'ERR_AUTHENTICATION', message: /matches neither thumbprint/ },
+  );
+});
+
 // --- Options -----------------------------------------------------------------------------------
 
 test('option mistakes reject with ERR_INVALID_ARGUMENT and the core message, before connecting', async () => {
