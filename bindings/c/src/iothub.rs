@@ -3,12 +3,13 @@
 //! ordering and every validation are the core's.
 
 use std::ffi::{CString, c_char, c_void};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mqstate::iothub::blocking::DeviceClient;
-use mqstate::iothub::{C2dMessage, DeviceOptions, Telemetry};
+use mqstate::iothub::{C2dMessage, DeviceOptions, DeviceSettings, Telemetry};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -17,8 +18,8 @@ use crate::boundary::{
     mqstate_status, mqstate_status::*, set_last_error,
 };
 
-/// An IoT Hub device connection (MQTT 3.1.1). Thread-safe: receive, send and complete may be
-/// called from several threads.
+/// An IoT Hub device connection (MQTT 3.1.1 or AMQP 1.0). Thread-safe: receive, send and
+/// settle may be called from several threads.
 #[allow(non_camel_case_types, reason = "C type name")]
 #[derive(Debug)]
 pub struct mqstate_iothub_device {
@@ -124,10 +125,21 @@ impl mqstate_c2d_message {
     }
 }
 
-/// Connects a device. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
+/// Connects `options` and wraps the client in a handle.
+pub(crate) fn new_device(options: DeviceOptions) -> Result<*mut mqstate_iothub_device, FfiError> {
+    let client = DeviceClient::connect(options)?;
+    Ok(into_handle(mqstate_iothub_device {
+        client,
+        dispatcher: Mutex::new(None),
+    }))
+}
+
+/// Connects a device over MQTT: the short form of `mqstate_iothub_options_new`, `_set_*` and
+/// `mqstate_iothub_device_connect`, which also choose the transport (AMQP), a client
+/// certificate and timeouts. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
 /// `host` (optional) and `port` (0: 8883) say where to connect; `tls` false is plain TCP
-/// (a local hub); `ca_file` (optional) is the PEM file of the CA to trust.
-/// `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
+/// (a local hub; then `ca_file` must be NULL); `ca_file` (optional) is the PEM file of the CA
+/// to trust. `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_device_new(
     connection_string: *const c_char,
@@ -144,26 +156,15 @@ pub unsafe extern "C" fn mqstate_iothub_device_new(
         let host = unsafe { arg_opt_str(host, "host") }?;
         let ca_file = unsafe { arg_opt_str(ca_file, "ca_file") }?;
         let out = unsafe { Out::new(device_out, "device_out") }?;
-        let mut options = DeviceOptions::from_connection_string(cs).map_err(FfiError::from)?;
-        if let Some(h) = host {
-            options.connect_host = Some(h.to_owned());
-        }
-        if port != 0 {
-            options.port = port;
-        }
-        if !tls {
-            options.tls = None;
-        } else if let Some(ca) = ca_file {
-            options.tls = Some(options.tls.take().unwrap_or_default().with_ca_file(ca));
-        }
-        if token_lifetime_secs != 0 {
-            options.token_lifetime = Duration::from_secs(u64::from(token_lifetime_secs));
-        }
-        let client = DeviceClient::connect(options).map_err(FfiError::from)?;
-        out.write(into_handle(mqstate_iothub_device {
-            client,
-            dispatcher: Mutex::new(None),
-        }));
+        // 0 is "not given" in this short form; every rule is the core's (DeviceSettings).
+        let mut settings = DeviceSettings::new(cs);
+        settings.host = host.map(str::to_owned);
+        settings.port = (port != 0).then_some(port);
+        settings.tls = Some(tls);
+        settings.ca_file = ca_file.map(PathBuf::from);
+        settings.token_lifetime = (token_lifetime_secs != 0)
+            .then(|| Duration::from_secs(u64::from(token_lifetime_secs)));
+        out.write(new_device(settings.resolve()?)?);
         Ok(())
     }
 }
@@ -174,7 +175,7 @@ pub unsafe extern "C" fn mqstate_iothub_device_new(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_device_free(device: *mut mqstate_iothub_device) {
     ffi_boundary!(raw () => {
-        // SAFETY: a handle from `mqstate_iothub_device_new`, freed once.
+        // SAFETY: a handle from `mqstate_iothub_device_new` or `_connect`, freed once.
         unsafe { free_handle(device) }
     })
 }
@@ -328,9 +329,12 @@ pub unsafe extern "C" fn mqstate_iothub_device_send_event(
     }
 }
 
-/// Completes the message: its PUBACK is sent, in arrival order (held until every earlier
-/// message is completed). `MQSTATE_DISCONNECTED` when its connection dropped since (the hub
-/// delivers it again); `MQSTATE_INVALID_ARGUMENT` when already completed.
+/// Completes the message. Over MQTT its PUBACK is sent in arrival order (held until every
+/// earlier message is completed); over AMQP each message is settled on its own, in any order.
+/// Returns at once. `MQSTATE_LOCK_LOST` when the connection or link it arrived on is gone, or
+/// the hub delivered it again after its lock timed out (the hub delivers it again: settle
+/// that copy); `MQSTATE_INVALID_ARGUMENT` when it was already settled; `MQSTATE_DISCONNECTED`
+/// when the device was freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_c2d_complete(
     message: *const mqstate_c2d_message,
@@ -342,7 +346,10 @@ pub unsafe extern "C" fn mqstate_c2d_complete(
     }
 }
 
-/// Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot reject a message over MQTT.
+/// Rejects the message (AMQP): the hub dead-letters it (`Rejected` feedback when the sender
+/// asked for negative feedback). Returns at once, with the errors of `mqstate_c2d_complete`.
+/// Over MQTT always `MQSTATE_NOT_SUPPORTED` (IoT Hub does not let MQTT devices reject), and
+/// the message is untouched (complete it).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_c2d_reject(message: *const mqstate_c2d_message) -> mqstate_status {
     ffi_boundary! {
@@ -352,7 +359,11 @@ pub unsafe extern "C" fn mqstate_c2d_reject(message: *const mqstate_c2d_message)
     }
 }
 
-/// Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot abandon a message over MQTT.
+/// Abandons the message (AMQP): the hub enqueues it again and delivers it again with a
+/// delivery count one higher, until its max delivery count dead-letters it
+/// (`DeliveryCountExceeded` feedback). Returns at once, with the errors of
+/// `mqstate_c2d_complete`. Over MQTT always `MQSTATE_NOT_SUPPORTED`, and the message is
+/// untouched (left uncompleted, the hub delivers it again after its lock timeout).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_c2d_abandon(
     message: *const mqstate_c2d_message,
@@ -459,6 +470,29 @@ pub unsafe extern "C" fn mqstate_c2d_message_is_redelivery(
         let message = unsafe { arg_ref(message, "message") }?;
         let out = unsafe { Out::new(redelivery_out, "redelivery_out") }?;
         out.write(message.message.is_redelivery());
+        Ok(())
+    }
+}
+
+/// How many times the hub delivered the message before (0 the first time; one more after
+/// each abandon or lock timeout). Over AMQP only: MQTT does not carry it, and there it is
+/// `MQSTATE_NOT_FOUND` (`mqstate_c2d_message_is_redelivery` still tells a redelivery).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mqstate_c2d_message_delivery_count(
+    message: *const mqstate_c2d_message,
+    count_out: *mut u32,
+) -> mqstate_status {
+    ffi_boundary! {
+        // SAFETY: the C contract.
+        let message = unsafe { arg_ref(message, "message") }?;
+        let out = unsafe { Out::new(count_out, "count_out") }?;
+        let count = message.message.delivery_count().ok_or_else(|| {
+            FfiError::new(
+                MQSTATE_NOT_FOUND,
+                "the message has no delivery count (MQTT does not carry it; AMQP does)",
+            )
+        })?;
+        out.write(count);
         Ok(())
     }
 }

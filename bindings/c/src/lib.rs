@@ -48,6 +48,7 @@ pub mod client;
 pub mod errors;
 pub mod hex;
 pub mod iothub;
+pub mod iothub_options;
 pub mod lease_events;
 pub mod lock;
 pub mod observe;
