@@ -23,7 +23,8 @@
  *
  * Ownership. Handles (mqstate_client, mqstate_connect_options, mqstate_value,
  *   mqstate_version, mqstate_lease, mqstate_lock, mqstate_lock_guard, mqstate_election,
- *   mqstate_scan, mqstate_scan_page) returned through a non-const "**_out" parameter
+ *   mqstate_scan, mqstate_scan_page, mqstate_iothub_options, mqstate_iothub_device,
+ *   mqstate_c2d_message) returned through a non-const "**_out" parameter
  *   belong to the caller, who frees each exactly once with its _free function. Pointers
  *   returned through a "const **_out" parameter, and the notification passed to a
  *   callback, are borrowed: they stay valid as long as the object they came from (for a
@@ -311,10 +312,24 @@ typedef struct mqstate_connect_options mqstate_connect_options;
 typedef struct mqstate_election mqstate_election;
 
 /**
- * An IoT Hub device connection (MQTT 3.1.1). Thread-safe: receive, send and complete may be
- * called from several threads.
+ * An IoT Hub device connection (MQTT 3.1.1 or AMQP 1.0). Thread-safe: receive, send and
+ * settle may be called from several threads.
  */
 typedef struct mqstate_iothub_device mqstate_iothub_device;
+
+/**
+ * An IoT Hub device's connection settings: its connection string and the settings given
+ * one by one over it (transport, endpoint, TLS, client certificate, timeouts). Built with
+ * `mqstate_iothub_options_new`, adjusted with the `mqstate_iothub_options_set_*` functions,
+ * used by `mqstate_iothub_device_connect` (which copies them, so they may be freed right
+ * after) and freed with `mqstate_iothub_options_free`. A setter stores its value; the rules
+ * that tie values together (a certificate needs its key and `x509=true`, TLS off refuses TLS
+ * files) and the limits of each value are checked by `mqstate_iothub_options_check` and by
+ * `mqstate_iothub_device_connect`, before any connection is tried
+ * (`MQSTATE_INVALID_ARGUMENT`, the message naming the setting). Not thread-safe: do not
+ * change one handle from two threads at once.
+ */
+typedef struct mqstate_iothub_options mqstate_iothub_options;
 
 /**
  * A lease: one key that holds its holder's name while the lease is held (`SET name holder
@@ -658,10 +673,12 @@ mqstate_status mqstate_hex_decode(const char *text,
                                   size_t *written_out);
 
 /**
- * Connects a device. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
+ * Connects a device over MQTT: the short form of `mqstate_iothub_options_new`, `_set_*` and
+ * `mqstate_iothub_device_connect`, which also choose the transport (AMQP), a client
+ * certificate and timeouts. `connection_string`: `HostName=...;DeviceId=...;SharedAccessKey=...`.
  * `host` (optional) and `port` (0: 8883) say where to connect; `tls` false is plain TCP
- * (a local hub); `ca_file` (optional) is the PEM file of the CA to trust.
- * `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
+ * (a local hub; then `ca_file` must be NULL); `ca_file` (optional) is the PEM file of the CA
+ * to trust. `token_lifetime_secs` (0: one hour) is the lifetime of the generated SAS tokens.
  */
 mqstate_status mqstate_iothub_device_new(const char *connection_string,
                                          const char *host,
@@ -718,19 +735,29 @@ mqstate_status mqstate_iothub_device_send_event(const struct mqstate_iothub_devi
                                                 const char *content_type);
 
 /**
- * Completes the message: its PUBACK is sent, in arrival order (held until every earlier
- * message is completed). `MQSTATE_DISCONNECTED` when its connection dropped since (the hub
- * delivers it again); `MQSTATE_INVALID_ARGUMENT` when already completed.
+ * Completes the message. Over MQTT its PUBACK is sent in arrival order (held until every
+ * earlier message is completed); over AMQP each message is settled on its own, in any order.
+ * Returns at once. `MQSTATE_LOCK_LOST` when the connection or link it arrived on is gone, or
+ * the hub delivered it again after its lock timed out (the hub delivers it again: settle
+ * that copy); `MQSTATE_INVALID_ARGUMENT` when it was already settled; `MQSTATE_DISCONNECTED`
+ * when the device was freed.
  */
 mqstate_status mqstate_c2d_complete(const struct mqstate_c2d_message *message);
 
 /**
- * Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot reject a message over MQTT.
+ * Rejects the message (AMQP): the hub dead-letters it (`Rejected` feedback when the sender
+ * asked for negative feedback). Returns at once, with the errors of `mqstate_c2d_complete`.
+ * Over MQTT always `MQSTATE_NOT_SUPPORTED` (IoT Hub does not let MQTT devices reject), and
+ * the message is untouched (complete it).
  */
 mqstate_status mqstate_c2d_reject(const struct mqstate_c2d_message *message);
 
 /**
- * Always `MQSTATE_NOT_SUPPORTED`: IoT Hub cannot abandon a message over MQTT.
+ * Abandons the message (AMQP): the hub enqueues it again and delivers it again with a
+ * delivery count one higher, until its max delivery count dead-letters it
+ * (`DeliveryCountExceeded` feedback). Returns at once, with the errors of
+ * `mqstate_c2d_complete`. Over MQTT always `MQSTATE_NOT_SUPPORTED`, and the message is
+ * untouched (left uncompleted, the hub delivers it again after its lock timeout).
  */
 mqstate_status mqstate_c2d_abandon(const struct mqstate_c2d_message *message);
 
@@ -772,9 +799,130 @@ mqstate_status mqstate_c2d_message_is_redelivery(const struct mqstate_c2d_messag
                                                  bool *redelivery_out);
 
 /**
+ * How many times the hub delivered the message before (0 the first time; one more after
+ * each abandon or lock timeout). Over AMQP only: MQTT does not carry it, and there it is
+ * `MQSTATE_NOT_FOUND` (`mqstate_c2d_message_is_redelivery` still tells a redelivery).
+ */
+mqstate_status mqstate_c2d_message_delivery_count(const struct mqstate_c2d_message *message,
+                                                  uint32_t *count_out);
+
+/**
  * Frees a message (without completing it). NULL is a no-op.
  */
 void mqstate_c2d_message_free(struct mqstate_c2d_message *message);
+
+/**
+ * Options of the device `connection_string` (`HostName=...;DeviceId=...;SharedAccessKey=...`,
+ * or `SharedAccessSignature=...`, or `x509=true` with `mqstate_iothub_options_set_client_cert`).
+ * With nothing else set: MQTT over TLS to the connection string's host on 8883, the system's
+ * trusted roots, SAS tokens valid one hour. A connection string that cannot be parsed is
+ * `MQSTATE_INVALID_ARGUMENT` here already (the message never shows the key).
+ */
+mqstate_status mqstate_iothub_options_new(const char *connection_string,
+                                          struct mqstate_iothub_options **options_out);
+
+/**
+ * A new, independent copy of the options.
+ */
+mqstate_status mqstate_iothub_options_clone(const struct mqstate_iothub_options *options,
+                                            struct mqstate_iothub_options **options_out);
+
+/**
+ * Sets the transport by name: `"mqtt"` (the default) or `"amqp"` (also reject and abandon;
+ * the port follows the transport, 8883 or 5671, unless set); NULL goes back to the default.
+ * A name the library does not know is `MQSTATE_INVALID_ARGUMENT` and changes nothing.
+ */
+mqstate_status mqstate_iothub_options_set_transport(struct mqstate_iothub_options *options,
+                                                    const char *transport);
+
+/**
+ * Sets the host to connect to, when it is not the connection string's (a local hub, a
+ * gateway); the SAS tokens still name the connection string's host. NULL: the connection
+ * string's.
+ */
+mqstate_status mqstate_iothub_options_set_host(struct mqstate_iothub_options *options,
+                                               const char *host);
+
+/**
+ * Sets the port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+ */
+mqstate_status mqstate_iothub_options_set_port(struct mqstate_iothub_options *options,
+                                               uint16_t port);
+
+/**
+ * TLS on (`true`, the default) or off (`false`: plain TCP, for a local hub only; refused
+ * together with a CA file or a client certificate).
+ */
+mqstate_status mqstate_iothub_options_set_tls(struct mqstate_iothub_options *options, bool tls);
+
+/**
+ * Sets the PEM file of the CAs to trust instead of the system's (NULL: the system's). Read
+ * at connect; errors name the file.
+ */
+mqstate_status mqstate_iothub_options_set_ca_file(struct mqstate_iothub_options *options,
+                                                  const char *ca_file);
+
+/**
+ * Sets the device's X.509 certificate chain and its private key (PEM files, read at
+ * connect), for a device whose connection string says `x509=true`. Both are needed (NULL and
+ * NULL removes the certificate); MQTT only.
+ */
+mqstate_status mqstate_iothub_options_set_client_cert(struct mqstate_iothub_options *options,
+                                                      const char *cert_file,
+                                                      const char *key_file);
+
+/**
+ * Sets the lifetime of each generated SAS token, in milliseconds (default one hour, at
+ * least 10 s). The client renews the token before it expires.
+ */
+mqstate_status mqstate_iothub_options_set_token_lifetime_ms(struct mqstate_iothub_options *options,
+                                                            uint64_t lifetime_ms);
+
+/**
+ * Sets the MQTT keep-alive, or the AMQP idle timeout, in milliseconds (default 60000).
+ */
+mqstate_status mqstate_iothub_options_set_keep_alive_ms(struct mqstate_iothub_options *options,
+                                                        uint64_t keep_alive_ms);
+
+/**
+ * Sets how long a connection attempt may take, in milliseconds (default 30000).
+ */
+mqstate_status mqstate_iothub_options_set_connect_timeout_ms(struct mqstate_iothub_options *options,
+                                                             uint64_t timeout_ms);
+
+/**
+ * Sets how long sending an event waits for the hub, in milliseconds (default 30000).
+ */
+mqstate_status mqstate_iothub_options_set_operation_timeout_ms(struct mqstate_iothub_options *options,
+                                                               uint64_t timeout_ms);
+
+/**
+ * Sets how many received messages may be waiting to be settled before the client stops
+ * reading (default 64; over AMQP the link's credit).
+ */
+mqstate_status mqstate_iothub_options_set_receive_buffer(struct mqstate_iothub_options *options,
+                                                         size_t messages);
+
+/**
+ * Checks the options as `mqstate_iothub_device_connect` does, without connecting:
+ * `MQSTATE_OK`, or `MQSTATE_INVALID_ARGUMENT` (or `MQSTATE_NOT_SUPPORTED`) with the message
+ * naming the setting. Files are not read yet.
+ */
+mqstate_status mqstate_iothub_options_check(const struct mqstate_iothub_options *options);
+
+/**
+ * Frees options. NULL is a no-op.
+ */
+void mqstate_iothub_options_free(struct mqstate_iothub_options *options);
+
+/**
+ * Connects a device with `options` (copied: they may be freed right after). The options are
+ * checked first (as `mqstate_iothub_options_check`); then `MQSTATE_AUTHENTICATION_FAILED` for
+ * a refused key, token or certificate, `MQSTATE_CONNECTION_ERROR` for a hub that cannot be
+ * reached or a TLS file that cannot be read, `MQSTATE_TIMEOUT` past the connect timeout.
+ */
+mqstate_status mqstate_iothub_device_connect(const struct mqstate_iothub_options *options,
+                                             struct mqstate_iothub_device **device_out);
 
 /**
  * Starts reading `lease`'s events: `*events_out` receives a new stream, which sees the

@@ -2,12 +2,19 @@
  * Tests of the IoT Hub device client of the mqstate C API (mqstate_iothub_device_*,
  * mqstate_c2d_*), against the local IoT Hub of `mqstate serve`.
  *
- *   test_iothub DEVICE_PORT ADMIN_PORT
+ *   test_iothub DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE
+ *   test_iothub x509 DEVICE_PORT ADMIN_PORT CA_FILE CERT KEY THUMBPRINT OTHER_CERT OTHER_KEY
  *
- * DEVICE_PORT: the hub's MQTT 3.1.1 device endpoint on 127.0.0.1 (plain TCP); ADMIN_PORT: its
- * HTTP+JSON admin API (docs/iothub.md), which this program drives with a minimal HTTP/1.1
- * client to register devices, send cloud-to-device messages and read the queues and the
- * telemetry. The hub runs with a 4 s lock timeout (scripts/test-c).
+ * DEVICE_PORT: the hub's MQTT 3.1.1 device endpoint on 127.0.0.1 (plain TCP; TLS in the x509
+ * form); ADMIN_PORT: its HTTP+JSON admin API (docs/iothub.md), which this program drives with
+ * a minimal HTTP/1.1 client to register devices, send cloud-to-device messages and read the
+ * queues, the feedback and the telemetry; AMQP_PORT: its AMQP device endpoint (TLS); CA_FILE:
+ * the certificate the hub generated (--iothub-ca-out), which the devices trust. The hub runs
+ * with a 4 s lock timeout and feedback batched every 200 ms (scripts/test-c).
+ *
+ * The x509 form runs against a hub whose MQTT endpoint is TLS (--iothub-tls): it registers a
+ * self-signed X.509 device with THUMBPRINT (SHA-256 of CERT), which connects with CERT and
+ * KEY; OTHER_CERT and OTHER_KEY are a certificate the hub must refuse.
  *
  * Built by scripts/test-c with -Wall -Wextra -Werror -pedantic -fsanitize=address and run
  * with LeakSanitizer on. Prints "ok - NAME" or "FAIL - NAME" per test case and closes with
@@ -37,6 +44,10 @@
 
 static uint16_t g_device_port;
 static uint16_t g_admin_port;
+static uint16_t g_amqp_port;
+static const char *g_ca_file;
+/* The x509 form's files and the device certificate's thumbprint. */
+static const char *g_cert, *g_key, *g_thumbprint, *g_other_cert, *g_other_key;
 static char g_run[32]; /* makes this run's device ids unique */
 
 static long now_ms(void) {
@@ -185,6 +196,81 @@ static const char *system_property(const mqstate_c2d_message *msg, const char *n
     return value;
 }
 
+/* Feedback records taken from the hub's batches (GET /messages/servicebound/feedback, each
+ * batch completed once read): every test's records, kept by message id. */
+static struct {
+    char id[96];
+    char status[32];
+} g_feedback[64];
+static int g_feedback_count;
+
+/* Waits (up to WAIT_MS) for the feedback record of message `mid`; its statusCode (a static
+ * buffer), or NULL. */
+static const char *feedback(const char *mid) {
+    long deadline = now_ms() + (long)WAIT_MS;
+    for (;;) {
+        for (int i = 0; i < g_feedback_count; i++)
+            if (strcmp(g_feedback[i].id, mid) == 0) return g_feedback[i].status;
+        if (now_ms() >= deadline) return NULL;
+        char *body = NULL;
+        int status = http("GET", "/messages/servicebound/feedback?waitSecs=1", NULL, &body);
+        cJSON *batch = status == 200 && body ? cJSON_Parse(body) : NULL;
+        free(body);
+        if (!batch) {
+            if (status != 204) sleep_ms(100);
+            continue;
+        }
+        const cJSON *record;
+        cJSON_ArrayForEach(record, cJSON_GetObjectItemCaseSensitive(batch, "records")) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(record, "originalMessageId");
+            const cJSON *code = cJSON_GetObjectItemCaseSensitive(record, "statusCode");
+            if (cJSON_IsString(id) && cJSON_IsString(code) && g_feedback_count < 64) {
+                snprintf(g_feedback[g_feedback_count].id, sizeof g_feedback[0].id, "%s",
+                         id->valuestring);
+                snprintf(g_feedback[g_feedback_count].status, sizeof g_feedback[0].status, "%s",
+                         code->valuestring);
+                g_feedback_count++;
+            }
+        }
+        const cJSON *token = cJSON_GetObjectItemCaseSensitive(batch, "lockToken");
+        if (cJSON_IsString(token)) {
+            char path[256];
+            snprintf(path, sizeof path, "/messages/servicebound/feedback/%s", token->valuestring);
+            int done = http("DELETE", path, NULL, NULL);
+            if (done != 204) fail_at(__FILE__, __LINE__, "DELETE %s: HTTP %d", path, done);
+        }
+        cJSON_Delete(batch);
+    }
+}
+
+/* Options for the hub's AMQP endpoint: TLS on 127.0.0.1, trusting the hub's certificate. */
+static mqstate_iothub_options *amqp_options(const char *cs) {
+    mqstate_iothub_options *options = NULL;
+    CHECK_OK(mqstate_iothub_options_new(cs, &options));
+    CHECK_OK(mqstate_iothub_options_set_transport(options, "amqp"));
+    CHECK_OK(mqstate_iothub_options_set_host(options, "127.0.0.1"));
+    CHECK_OK(mqstate_iothub_options_set_port(options, g_amqp_port));
+    CHECK_OK(mqstate_iothub_options_set_ca_file(options, g_ca_file));
+    return options;
+}
+
+static mqstate_iothub_device *connect_with(const mqstate_iothub_options *options) {
+    mqstate_iothub_device *device = NULL;
+    CHECK_OK(mqstate_iothub_device_connect(options, &device));
+    if (device == NULL) {
+        fprintf(stderr, "cannot connect a device; giving up\n");
+        exit(2);
+    }
+    return device;
+}
+
+static mqstate_iothub_device *connect_amqp(const char *cs) {
+    mqstate_iothub_options *options = amqp_options(cs);
+    mqstate_iothub_device *device = connect_with(options);
+    mqstate_iothub_options_free(options); /* the device copied them */
+    return device;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Tests                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -266,6 +352,9 @@ static void test_reject_and_abandon_not_supported(void) {
         CHECK_MESSAGE_HAS("reject is not supported over MQTT");
         CHECK_STATUS(mqstate_c2d_abandon(msg), MQSTATE_NOT_SUPPORTED);
         CHECK_MESSAGE_HAS("abandon is not supported over MQTT");
+        uint32_t count = 42;
+        CHECK_STATUS(mqstate_c2d_message_delivery_count(msg, &count), MQSTATE_NOT_FOUND);
+        CHECK(count == 42); /* MQTT carries none; nothing written */
         int depth = -1, done = -1;
         queue(id, &depth, &done);
         CHECK(depth == 1 && done == 0);
@@ -549,14 +638,194 @@ static void test_callback_may_free_its_device(void) {
     free(cs);
 }
 
+/* ----- options, AMQP, X.509 ----- */
+
+static void test_amqp_complete_reject_abandon_with_feedback(void) {
+    char id[96];
+    char *cs = add_device("amqp", id, sizeof id);
+    mqstate_iothub_device *device = connect_amqp(cs);
+    char ok[128], bad[128], later[128], body[256];
+    snprintf(ok, sizeof ok, "%s-ok", id);
+    snprintf(bad, sizeof bad, "%s-bad", id);
+    snprintf(later, sizeof later, "%s-later", id);
+    const char *ids[] = {ok, bad, later};
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"payload\":\"x\",\"messageId\":\"%s\",\"ack\":\"full\"}",
+                 ids[i]);
+        send_c2d(id, body);
+    }
+    int settled = 0, received = 0;
+    bool later_again = false;
+    while (settled < 3 && received < 6) {
+        mqstate_c2d_message *msg = receive(device);
+        if (!msg) break;
+        received++;
+        const char *mid = system_property(msg, "message_id");
+        uint32_t count = 99;
+        CHECK_OK(mqstate_c2d_message_delivery_count(msg, &count));
+        if (mid && strcmp(mid, bad) == 0) {
+            CHECK(count == 0);
+            CHECK_OK(mqstate_c2d_reject(msg));
+            /* Settled once only. */
+            CHECK_STATUS(mqstate_c2d_complete(msg), MQSTATE_INVALID_ARGUMENT);
+            settled++;
+        } else if (mid && strcmp(mid, later) == 0 && count == 0) {
+            CHECK_OK(mqstate_c2d_abandon(msg)); /* comes again, count 1 */
+        } else {
+            if (mid && strcmp(mid, later) == 0) {
+                later_again = count == 1;
+                bool redelivery = false;
+                CHECK_OK(mqstate_c2d_message_is_redelivery(msg, &redelivery));
+                CHECK(redelivery);
+            } else {
+                CHECK(count == 0);
+            }
+            CHECK_OK(mqstate_c2d_complete(msg));
+            settled++;
+        }
+        mqstate_c2d_message_free(msg);
+    }
+    CHECK(settled == 3 && received == 4);
+    CHECK(later_again); /* abandoned, delivered again with delivery count 1 */
+    CHECK_STR(feedback(ok), "Success");
+    CHECK_STR(feedback(bad), "Rejected");
+    CHECK_STR(feedback(later), "Success");
+    CHECK(wait_completed(id, 2)); /* ok and later; bad was dead-lettered */
+    mqstate_iothub_device_free(device);
+    free(cs);
+}
+
+static void test_amqp_settling_after_the_connection_was_replaced_is_lock_lost(void) {
+    char id[96];
+    char *cs = add_device("amqplost", id, sizeof id);
+    mqstate_iothub_options *options = amqp_options(cs);
+    mqstate_iothub_device *device = connect_with(options);
+    send_c2d(id, "{\"payload\":\"k\",\"messageId\":\"kept\"}");
+    mqstate_c2d_message *before = receive(device);
+    /* A second connection of the device makes the hub drop the first, which reconnects and
+     * gets the message again. */
+    mqstate_iothub_device_free(connect_with(options));
+    mqstate_c2d_message *again = receive(device);
+    if (before && again) {
+        CHECK_STR(system_property(again, "message_id"), "kept");
+        CHECK_STATUS(mqstate_c2d_complete(before), MQSTATE_LOCK_LOST);
+        CHECK_STATUS(mqstate_c2d_reject(before), MQSTATE_LOCK_LOST);
+        CHECK_STATUS(mqstate_c2d_abandon(before), MQSTATE_LOCK_LOST);
+        CHECK(strcmp(mqstate_status_name(MQSTATE_LOCK_LOST), "MQSTATE_LOCK_LOST") == 0);
+        CHECK_OK(mqstate_c2d_complete(again));
+        CHECK(wait_completed(id, 1));
+    }
+    mqstate_c2d_message_free(before);
+    mqstate_c2d_message_free(again);
+    mqstate_iothub_device_free(device);
+    mqstate_iothub_options_free(options);
+    free(cs);
+}
+
+static void test_option_mistakes_are_the_cores_messages(void) {
+    mqstate_iothub_options *options = NULL;
+    CHECK_STATUS(mqstate_iothub_options_new(NULL, &options), MQSTATE_NULL_PARAMETER);
+    CHECK_STATUS(mqstate_iothub_options_new("HostName=h;DeviceId=d", &options),
+                 MQSTATE_INVALID_ARGUMENT);
+    CHECK(options == NULL);
+    CHECK_OK(mqstate_iothub_options_new("HostName=h.example;DeviceId=d;x509=true", &options));
+    /* A certificate without its key: refused before any connection is tried. */
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, "d.pem", NULL));
+    mqstate_iothub_device *device = NULL;
+    CHECK_STATUS(mqstate_iothub_device_connect(options, &device), MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("an X.509 client certificate needs both cert_file and key_file");
+    CHECK(device == NULL);
+    CHECK_STATUS(mqstate_iothub_options_check(options), MQSTATE_INVALID_ARGUMENT);
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, NULL, NULL));
+    CHECK_STATUS(mqstate_iothub_options_check(options), MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("x509=true");
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, "d.pem", "d.key"));
+    CHECK_OK(mqstate_iothub_options_check(options));
+    /* TLS off with TLS files. */
+    CHECK_OK(mqstate_iothub_options_set_tls(options, false));
+    CHECK_STATUS(mqstate_iothub_options_check(options), MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("TLS is turned off");
+    /* A transport the core does not know. */
+    CHECK_STATUS(mqstate_iothub_options_set_transport(options, "carrier-pigeon"),
+                 MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("unknown transport");
+    CHECK_STATUS(mqstate_iothub_options_set_port(NULL, 1), MQSTATE_NULL_PARAMETER);
+    mqstate_iothub_options_free(options);
+    mqstate_iothub_options_free(NULL);
+}
+
+static void test_x509_device_receives_over_mqtt_tls(void) {
+    char id[96];
+    snprintf(id, sizeof id, "%s-x509", g_run);
+    char path[256], json[256], cs[256];
+    snprintf(path, sizeof path, "/devices/%s", id);
+    snprintf(json, sizeof json, "{\"primaryThumbprint\":\"%s\"}", g_thumbprint);
+    int status = http("PUT", path, json, NULL);
+    CHECK(status == 201);
+    /* The connection string the SDKs take for an X.509 device: no key. */
+    snprintf(cs, sizeof cs, "HostName=localhost;DeviceId=%s;x509=true", id);
+    mqstate_iothub_options *options = NULL;
+    CHECK_OK(mqstate_iothub_options_new(cs, &options));
+    CHECK_OK(mqstate_iothub_options_set_host(options, "127.0.0.1")); /* in the certificate */
+    CHECK_OK(mqstate_iothub_options_set_port(options, g_device_port));
+    CHECK_OK(mqstate_iothub_options_set_ca_file(options, g_ca_file));
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_cert, g_key));
+    mqstate_iothub_device *device = connect_with(options);
+    send_c2d(id, "{\"payload\":\"by certificate\",\"messageId\":\"x1\",\"ack\":\"full\"}");
+    mqstate_c2d_message *msg = receive(device);
+    if (msg) {
+        const uint8_t *data = NULL;
+        size_t len = 0;
+        CHECK_OK(mqstate_c2d_message_payload(msg, &data, &len));
+        CHECK(len == 14 && memcmp(data, "by certificate", 14) == 0);
+        CHECK_OK(mqstate_c2d_complete(msg));
+        CHECK(wait_completed(id, 1));
+        CHECK_STR(feedback("x1"), "Success");
+    }
+    mqstate_c2d_message_free(msg);
+    mqstate_iothub_device_free(device);
+
+    /* A certificate that is not the device's is refused, as IoT Hub refuses it. */
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_other_cert, g_other_key));
+    device = NULL;
+    CHECK_STATUS(mqstate_iothub_device_connect(options, &device), MQSTATE_AUTHENTICATION_FAILED);
+    CHECK(device == NULL);
+    mqstate_iothub_device_free(device);
+    /* The certificate without its key: the core's message, nothing tried. */
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_cert, NULL));
+    CHECK_STATUS(mqstate_iothub_device_connect(options, &device), MQSTATE_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("both cert_file and key_file");
+    mqstate_iothub_options_free(options);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s DEVICE_PORT ADMIN_PORT\n", argv[0]);
+    snprintf(g_run, sizeof g_run, "c%ld", (long)getpid());
+    if (argc == 10 && strcmp(argv[1], "x509") == 0) {
+        g_device_port = (uint16_t)atoi(argv[2]);
+        g_admin_port = (uint16_t)atoi(argv[3]);
+        g_ca_file = argv[4];
+        g_cert = argv[5];
+        g_key = argv[6];
+        g_thumbprint = argv[7];
+        g_other_cert = argv[8];
+        g_other_key = argv[9];
+        run("an X.509 device receives over MQTT with TLS; another certificate is refused",
+            test_x509_device_receives_over_mqtt_tls);
+        printf("C IoT Hub X.509 tests: %d passed, %d failed\n", g_passed, g_failed);
+        return g_failed == 0 ? 0 : 1;
+    }
+    if (argc != 5) {
+        fprintf(stderr,
+                "usage: %s DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE\n"
+                "       %s x509 DEVICE_PORT ADMIN_PORT CA_FILE CERT KEY THUMBPRINT OTHER_CERT "
+                "OTHER_KEY\n",
+                argv[0], argv[0]);
         return 2;
     }
     g_device_port = (uint16_t)atoi(argv[1]);
     g_admin_port = (uint16_t)atoi(argv[2]);
-    snprintf(g_run, sizeof g_run, "c%ld", (long)getpid());
+    g_amqp_port = (uint16_t)atoi(argv[3]);
+    g_ca_file = argv[4];
 
     run("every system property, a null and an empty property, explicit completion",
         test_every_property_null_and_empty);
@@ -570,6 +839,12 @@ int main(int argc, char **argv) {
     run("message callback: out-of-order completion, destroy exactly once",
         test_message_callback_and_destroy);
     run("a callback may free its own device", test_callback_may_free_its_device);
+    run("AMQP: complete, reject (Rejected feedback), abandon (delivery count + 1)",
+        test_amqp_complete_reject_abandon_with_feedback);
+    run("AMQP: settling a message of a replaced connection is MQSTATE_LOCK_LOST",
+        test_amqp_settling_after_the_connection_was_replaced_is_lock_lost);
+    run("option mistakes: MQSTATE_INVALID_ARGUMENT with the core's message",
+        test_option_mistakes_are_the_cores_messages);
 
     printf("C IoT Hub tests: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
