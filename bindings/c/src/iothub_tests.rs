@@ -577,3 +577,117 @@ fn c_abi_option_mistakes_are_the_cores_errors() {
     );
     assert!(last_message().contains("message"));
 }
+
+#[test]
+fn c_abi_setters_reach_the_cores_settings() {
+    use mqstate::iothub::Transport;
+    const SAS: &str = "HostName=h.example;DeviceId=d;SharedAccessKey=c2VjcmV0";
+    let o = options(SAS);
+    let (amqp, host, ca) = (c("AMQP"), c("10.0.0.7"), c("ca.pem"));
+    unsafe {
+        assert_eq!(
+            mqstate_iothub_options_set_transport(o, amqp.as_ptr()),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_host(o, host.as_ptr()),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_ca_file(o, ca.as_ptr()),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_token_lifetime_ms(o, 600_000),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_keep_alive_ms(o, 30_000),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_connect_timeout_ms(o, 5_000),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_operation_timeout_ms(o, 7_000),
+            MQSTATE_OK
+        );
+        assert_eq!(mqstate_iothub_options_set_receive_buffer(o, 3), MQSTATE_OK);
+    }
+    let resolved = unsafe { &*o }.resolve().unwrap();
+    assert_eq!(resolved.transport, Transport::Amqp);
+    assert_eq!(resolved.port, 5671, "the port follows the transport");
+    assert_eq!(resolved.connect_host.as_deref(), Some("10.0.0.7"));
+    assert_eq!(resolved.hostname, "h.example", "the tokens' host stays");
+    assert_eq!(
+        resolved.tls.as_ref().unwrap().ca_file.as_deref(),
+        Some(std::path::Path::new("ca.pem"))
+    );
+    assert_eq!(resolved.token_lifetime, Duration::from_secs(600));
+    assert_eq!(resolved.keep_alive, Duration::from_secs(30));
+    assert_eq!(resolved.connect_timeout, Duration::from_secs(5));
+    assert_eq!(resolved.operation_timeout, Duration::from_secs(7));
+    assert_eq!(resolved.receive_buffer, 3);
+    // NULL goes back to the default transport and host.
+    unsafe {
+        assert_eq!(
+            mqstate_iothub_options_set_transport(o, ptr::null()),
+            MQSTATE_OK
+        );
+        assert_eq!(mqstate_iothub_options_set_host(o, ptr::null()), MQSTATE_OK);
+        assert_eq!(mqstate_iothub_options_set_port(o, 18883), MQSTATE_OK);
+    }
+    let resolved = unsafe { &*o }.resolve().unwrap();
+    assert_eq!(resolved.transport, Transport::Mqtt);
+    assert_eq!(resolved.connect_host, None, "the connection string's host");
+    assert_eq!(resolved.port, 18883);
+
+    // Each value's limits are the core's.
+    for (set, why) in [
+        (
+            (|o| unsafe { mqstate_iothub_options_set_token_lifetime_ms(o, 1_000) })
+                as fn(*mut mqstate_iothub_options) -> mqstate_status,
+            "shorter than 10 s",
+        ),
+        (
+            |o| unsafe { mqstate_iothub_options_set_keep_alive_ms(o, 2_000_000) },
+            "keep-alive",
+        ),
+        (
+            |o| unsafe { mqstate_iothub_options_set_receive_buffer(o, 0) },
+            "receive buffer",
+        ),
+    ] {
+        let mut copy = ptr::null_mut();
+        assert_eq!(
+            unsafe { mqstate_iothub_options_clone(o, &mut copy) },
+            MQSTATE_OK
+        );
+        assert_eq!(set(copy), MQSTATE_OK);
+        assert_eq!(
+            unsafe { mqstate_iothub_options_check(copy) },
+            MQSTATE_INVALID_ARGUMENT
+        );
+        assert!(last_message().contains(why), "{why}: {}", last_message());
+        unsafe { mqstate_iothub_options_free(copy) };
+    }
+    unsafe { mqstate_iothub_options_free(o) };
+
+    // X.509 over AMQP: the core's MQSTATE_NOT_SUPPORTED.
+    let o = options("HostName=h.example;DeviceId=d;x509=true");
+    let (cert, key) = (c("d.pem"), c("d.key"));
+    unsafe {
+        assert_eq!(
+            mqstate_iothub_options_set_client_cert(o, cert.as_ptr(), key.as_ptr()),
+            MQSTATE_OK
+        );
+        assert_eq!(
+            mqstate_iothub_options_set_transport(o, amqp.as_ptr()),
+            MQSTATE_OK
+        );
+        assert_eq!(mqstate_iothub_options_check(o), MQSTATE_NOT_SUPPORTED);
+        mqstate_iothub_options_free(o);
+    }
+    assert!(last_message().contains("X.509 authentication over AMQP"));
+}
