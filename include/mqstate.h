@@ -844,7 +844,8 @@ mqstate_status mqstate_iothub_options_set_host(struct mqstate_iothub_options *op
                                                const char *host);
 
 /**
- * Sets the port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+ * Sets the port (default: the transport's, 8883 for MQTT, 5671 for AMQP; 0 is refused at
+ * check and connect).
  */
 mqstate_status mqstate_iothub_options_set_port(struct mqstate_iothub_options *options,
                                                uint16_t port);

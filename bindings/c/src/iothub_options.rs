@@ -120,7 +120,8 @@ pub unsafe extern "C" fn mqstate_iothub_options_set_host(
     }
 }
 
-/// Sets the port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+/// Sets the port (default: the transport's, 8883 for MQTT, 5671 for AMQP; 0 is refused at
+/// check and connect).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_options_set_port(
     options: *mut mqstate_iothub_options,
