@@ -866,7 +866,7 @@ mqstate_status mqstate_iothub_options_set_ca_file(struct mqstate_iothub_options 
 /**
  * Sets the device's X.509 certificate chain and its private key (PEM files, read at
  * connect), for a device whose connection string says `x509=true`. Both are needed (NULL and
- * NULL removes the certificate); MQTT only.
+ * NULL removes the certificate).
  */
 mqstate_status mqstate_iothub_options_set_client_cert(struct mqstate_iothub_options *options,
                                                       const char *cert_file,

@@ -159,7 +159,7 @@ pub unsafe extern "C" fn mqstate_iothub_options_set_ca_file(
 
 /// Sets the device's X.509 certificate chain and its private key (PEM files, read at
 /// connect), for a device whose connection string says `x509=true`. Both are needed (NULL and
-/// NULL removes the certificate); MQTT only.
+/// NULL removes the certificate).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_options_set_client_cert(
     options: *mut mqstate_iothub_options,

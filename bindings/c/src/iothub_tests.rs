@@ -673,21 +673,4 @@ fn c_abi_setters_reach_the_cores_settings() {
         unsafe { mqstate_iothub_options_free(copy) };
     }
     unsafe { mqstate_iothub_options_free(o) };
-
-    // X.509 over AMQP: the core's MQSTATE_NOT_SUPPORTED.
-    let o = options("HostName=h.example;DeviceId=d;x509=true");
-    let (cert, key) = (c("d.pem"), c("d.key"));
-    unsafe {
-        assert_eq!(
-            mqstate_iothub_options_set_client_cert(o, cert.as_ptr(), key.as_ptr()),
-            MQSTATE_OK
-        );
-        assert_eq!(
-            mqstate_iothub_options_set_transport(o, amqp.as_ptr()),
-            MQSTATE_OK
-        );
-        assert_eq!(mqstate_iothub_options_check(o), MQSTATE_NOT_SUPPORTED);
-        mqstate_iothub_options_free(o);
-    }
-    assert!(last_message().contains("X.509 authentication over AMQP"));
 }
