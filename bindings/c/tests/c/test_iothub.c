@@ -3,7 +3,7 @@
  * mqstate_c2d_*), against the local IoT Hub of `mqstate serve`.
  *
  *   test_iothub DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE
- *   test_iothub x509 DEVICE_PORT ADMIN_PORT CA_FILE CERT KEY THUMBPRINT OTHER_CERT OTHER_KEY
+ *   test_iothub x509 DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE CERT KEY THUMBPRINT OTHER_CERT OTHER_KEY
  *
  * DEVICE_PORT: the hub's MQTT 3.1.1 device endpoint on 127.0.0.1 (plain TCP; TLS in the x509
  * form); ADMIN_PORT: its HTTP+JSON admin API (docs/iothub.md), which this program drives with
@@ -14,7 +14,7 @@
  *
  * The x509 form runs against a hub whose MQTT endpoint is TLS (--iothub-tls): it registers a
  * self-signed X.509 device with THUMBPRINT (SHA-256 of CERT), which connects with CERT and
- * KEY; OTHER_CERT and OTHER_KEY are a certificate the hub must refuse.
+ * KEY over MQTT and over AMQP; OTHER_CERT and OTHER_KEY are a certificate the hub must refuse.
  *
  * Built by scripts/test-c with -Wall -Wextra -Werror -pedantic -fsanitize=address and run
  * with LeakSanitizer on. Prints "ok - NAME" or "FAIL - NAME" per test case and closes with
@@ -754,7 +754,7 @@ static void test_option_mistakes_are_the_cores_messages(void) {
     mqstate_iothub_options_free(NULL);
 }
 
-static void test_x509_device_receives_over_mqtt_tls(void) {
+static void test_x509_device_receives_over_mqtt_tls_and_rejects_over_amqp(void) {
     char id[96];
     snprintf(id, sizeof id, "%s-x509", g_run);
     char path[256], json[256], cs[256];
@@ -795,30 +795,53 @@ static void test_x509_device_receives_over_mqtt_tls(void) {
     CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_cert, NULL));
     CHECK_STATUS(mqstate_iothub_device_connect(options, &device), MQSTATE_INVALID_ARGUMENT);
     CHECK_MESSAGE_HAS("both cert_file and key_file");
+
+    /* The same device over AMQP (the certificate in the TLS handshake): it can reject. */
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_cert, g_key));
+    CHECK_OK(mqstate_iothub_options_set_transport(options, "amqp"));
+    CHECK_OK(mqstate_iothub_options_set_port(options, g_amqp_port));
+    device = connect_with(options);
+    send_c2d(id, "{\"payload\":\"no thanks\",\"messageId\":\"x2\",\"ack\":\"full\"}");
+    msg = receive(device);
+    if (msg) {
+        uint32_t count = 99;
+        CHECK_OK(mqstate_c2d_message_delivery_count(msg, &count));
+        CHECK(count == 0);
+        CHECK_OK(mqstate_c2d_reject(msg));
+        CHECK_STR(feedback("x2"), "Rejected");
+    }
+    mqstate_c2d_message_free(msg);
+    mqstate_iothub_device_free(device);
+    CHECK_OK(mqstate_iothub_options_set_client_cert(options, g_other_cert, g_other_key));
+    device = NULL;
+    CHECK_STATUS(mqstate_iothub_device_connect(options, &device), MQSTATE_AUTHENTICATION_FAILED);
+    CHECK(device == NULL);
     mqstate_iothub_options_free(options);
 }
 
 int main(int argc, char **argv) {
     snprintf(g_run, sizeof g_run, "c%ld", (long)getpid());
-    if (argc == 10 && strcmp(argv[1], "x509") == 0) {
+    if (argc == 11 && strcmp(argv[1], "x509") == 0) {
         g_device_port = (uint16_t)atoi(argv[2]);
         g_admin_port = (uint16_t)atoi(argv[3]);
-        g_ca_file = argv[4];
-        g_cert = argv[5];
-        g_key = argv[6];
-        g_thumbprint = argv[7];
-        g_other_cert = argv[8];
-        g_other_key = argv[9];
-        run("an X.509 device receives over MQTT with TLS; another certificate is refused",
-            test_x509_device_receives_over_mqtt_tls);
+        g_amqp_port = (uint16_t)atoi(argv[4]);
+        g_ca_file = argv[5];
+        g_cert = argv[6];
+        g_key = argv[7];
+        g_thumbprint = argv[8];
+        g_other_cert = argv[9];
+        g_other_key = argv[10];
+        run("an X.509 device receives over MQTT with TLS and rejects over AMQP; another "
+            "certificate is refused on both",
+            test_x509_device_receives_over_mqtt_tls_and_rejects_over_amqp);
         printf("C IoT Hub X.509 tests: %d passed, %d failed\n", g_passed, g_failed);
         return g_failed == 0 ? 0 : 1;
     }
     if (argc != 5) {
         fprintf(stderr,
                 "usage: %s DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE\n"
-                "       %s x509 DEVICE_PORT ADMIN_PORT CA_FILE CERT KEY THUMBPRINT OTHER_CERT "
-                "OTHER_KEY\n",
+                "       %s x509 DEVICE_PORT ADMIN_PORT AMQP_PORT CA_FILE CERT KEY THUMBPRINT "
+                "OTHER_CERT OTHER_KEY\n",
                 argv[0], argv[0]);
         return 2;
     }
