@@ -171,7 +171,10 @@ pub struct ReceiveArgs {
 fn message_json(msg: &C2dMessage, settled: Settle) -> Value {
     let mut properties = Map::new();
     for (name, value) in &msg.properties {
-        properties.insert(name.clone(), value.clone().map_or(Value::Null, Value::String));
+        properties.insert(
+            name.clone(),
+            value.clone().map_or(Value::Null, Value::String),
+        );
     }
     let mut o = Map::new();
     o.insert("messageId".into(), json!(msg.message_id));
@@ -233,9 +236,11 @@ pub async fn run_receive(args: ReceiveArgs) -> Outcome {
     let mut interrupts = Interrupts::new()?;
     // With --count N, no more than N messages are taken from the hub ahead of time: one read
     // ahead and not settled goes back to the queue at close, its delivery count one higher.
-    let read_ahead = args
-        .count
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(DEFAULT_READ_AHEAD));
+    let read_ahead = args.count.map(|n| {
+        usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .min(DEFAULT_READ_AHEAD)
+    });
     let client = tokio::select! {
         client = args.connect.connect(read_ahead) => client?,
         () = interrupts.recv() => return Ok(Code::Interrupted),
@@ -342,18 +347,34 @@ mod tests {
             #[command(flatten)]
             c: DeviceConnectArgs,
         }
-        let base = ["t", "--connection-string", "HostName=h;DeviceId=d;SharedAccessKey=c2VjcmV0"];
-        <T as clap::Parser>::try_parse_from(base.iter().chain(extra)).unwrap().c
+        let base = [
+            "t",
+            "--connection-string",
+            "HostName=h;DeviceId=d;SharedAccessKey=c2VjcmV0",
+        ];
+        <T as clap::Parser>::try_parse_from(base.iter().chain(extra))
+            .unwrap()
+            .c
     }
 
     #[test]
     fn flags_fill_the_core_settings() {
-        let o = args(&["--transport", "AMQP", "--host", "127.0.0.1", "--port", "15671"])
-            .settings()
-            .resolve()
-            .unwrap();
+        let o = args(&[
+            "--transport",
+            "AMQP",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "15671",
+        ])
+        .settings()
+        .resolve()
+        .unwrap();
         assert_eq!(o.transport, Transport::Amqp);
-        assert_eq!((o.connect_host.as_deref(), o.port), (Some("127.0.0.1"), 15671));
+        assert_eq!(
+            (o.connect_host.as_deref(), o.port),
+            (Some("127.0.0.1"), 15671)
+        );
         assert!(o.tls.is_some());
         let o = args(&["--no-tls"]).settings().resolve().unwrap();
         assert!(o.tls.is_none());

@@ -32,7 +32,14 @@ impl Hub {
         let admin = testing::free_port().unwrap();
         let serve = Reaper(
             Command::new(env!("CARGO_BIN_EXE_mqstate"))
-                .args(["serve", "--port", &broker, "--log", "warn", "--no-dashboard"])
+                .args([
+                    "serve",
+                    "--port",
+                    &broker,
+                    "--log",
+                    "warn",
+                    "--no-dashboard",
+                ])
                 .args(["--iothub-port", &mqtt_port.to_string()])
                 .args(["--iothub-admin-port", &admin.to_string()])
                 .args(["--iothub-https-port", "0"])
@@ -126,7 +133,9 @@ impl Hub {
     }
 
     fn depth(&self, device: &str) -> u64 {
-        json(&self.ok(&["queue", device]))["depth"].as_u64().unwrap()
+        json(&self.ok(&["queue", device]))["depth"]
+            .as_u64()
+            .unwrap()
     }
 
     /// `mqstate iothub receive` over MQTT (plain TCP) with `args`.
@@ -198,7 +207,11 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
     assert!(m.get("payloadBase64").is_none(), "{m}");
     assert_eq!(m["ack"], "full");
     assert_eq!(m["properties"], serde_json::json!({"a": "1", "n": null}));
-    assert_eq!(m["deliveryCount"], Value::Null, "MQTT carries no delivery count");
+    assert_eq!(
+        m["deliveryCount"],
+        Value::Null,
+        "MQTT carries no delivery count"
+    );
     assert_eq!(m["redelivered"], false);
     assert_eq!(m["settled"], "complete");
     assert_eq!(hub.feedback("m1"), "Success");
@@ -212,7 +225,9 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         let text = stderr(&out);
         assert!(
-            text.starts_with(&format!("mqstate: {settle} message \"m2\": not supported: ")),
+            text.starts_with(&format!(
+                "mqstate: {settle} message \"m2\": not supported: "
+            )),
             "{text}"
         );
         assert!(text.contains("connect over AMQP"), "{text}");
@@ -228,7 +243,13 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
     // --wait with nothing to receive: exit code 5.
     let out = receive_command(
         &cs,
-        &["--no-tls", "--port", &hub.mqtt_port.to_string(), "--wait", "500ms"],
+        &[
+            "--no-tls",
+            "--port",
+            &hub.mqtt_port.to_string(),
+            "--wait",
+            "500ms",
+        ],
     )
     .output()
     .unwrap();
@@ -244,10 +265,7 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
         "{}SharedAccessKey=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
         cs.split("SharedAccessKey=").next().unwrap()
     );
-    for out in [
-        hub.receive_mqtt(&wrong, &[]),
-        hub.receive_amqp(&wrong, &[]),
-    ] {
+    for out in [hub.receive_mqtt(&wrong, &[]), hub.receive_amqp(&wrong, &[])] {
         assert_eq!(out.status.code(), Some(8), "{}", stderr(&out));
         assert!(
             stderr(&out).contains("authentication failed"),
@@ -261,7 +279,11 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("TLS is turned off"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("TLS is turned off"),
+        "{}",
+        stderr(&out)
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_mqstate"))
         .args(["iothub", "receive"])
         .env_remove("MQSTATE_DEVICE_CONNECTION_STRING")
