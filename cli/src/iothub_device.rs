@@ -32,7 +32,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
-use mqstate::iothub::{C2dMessage, DeviceClient, DeviceSettings, Transport};
+use mqstate::iothub::{
+    C2dMessage, DeviceClient, DeviceSettings, MessageContent, Telemetry, Transport,
+};
 use serde_json::{Map, Value, json};
 
 use crate::duration::parse_duration;
@@ -167,8 +169,85 @@ pub struct ReceiveArgs {
     pub wait: Option<Duration>,
 }
 
+/// `mqstate iothub send-event`.
+#[derive(Debug, Args)]
+pub struct SendEventArgs {
+    #[command(flatten)]
+    pub connect: DeviceConnectArgs,
+    /// The body (UTF-8 text).
+    pub payload: String,
+    /// Message id (`$.mid`).
+    #[arg(long)]
+    pub message_id: Option<String>,
+    /// Correlation id (`$.cid`).
+    #[arg(long)]
+    pub correlation_id: Option<String>,
+    /// Content type (`$.ct`).
+    #[arg(long)]
+    pub content_type: Option<String>,
+    /// Content encoding (`$.ce`).
+    #[arg(long)]
+    pub content_encoding: Option<String>,
+    /// Application property: `key=value`, `key=` (empty) or `key` (null); repeatable.
+    #[arg(short = 'P', long = "property", value_name = "KEY[=VALUE]")]
+    pub properties: Vec<String>,
+}
+
+impl SendEventArgs {
+    fn telemetry(&self) -> Telemetry {
+        let mut t = Telemetry::new(self.payload.clone().into_bytes());
+        t.message_id.clone_from(&self.message_id);
+        t.correlation_id.clone_from(&self.correlation_id);
+        t.content_type.clone_from(&self.content_type);
+        t.content_encoding.clone_from(&self.content_encoding);
+        for p in &self.properties {
+            t = match p.split_once('=') {
+                Some((name, value)) => t.property(name, value),
+                None => t.null_property(p.as_str()),
+            };
+        }
+        t
+    }
+}
+
+/// Runs `mqstate iothub send-event`: connects, sends one event, waits for the hub to take it,
+/// closes.
+pub async fn run_send_event(args: SendEventArgs) -> Outcome {
+    let mut interrupts = Interrupts::new()?;
+    let event = args.telemetry();
+    let client = tokio::select! {
+        client = args.connect.connect(None) => client?,
+        () = interrupts.recv() => return Ok(Code::Interrupted),
+    };
+    let sent = tokio::select! {
+        sent = client.send_event(event) => sent.map_err(|e| Failure::from_error("send-event", &e)),
+        () = interrupts.recv() => Err(Failure::new(
+            Code::Interrupted,
+            "send-event: interrupted (the event may or may not have arrived)",
+        )),
+    };
+    client.close().await;
+    sent.map(|()| Code::Success)
+}
+
 /// One message as its JSON line.
 fn message_json(msg: &C2dMessage, settled: Settle) -> Value {
+    content_json(
+        msg.content(),
+        msg.delivery_count(),
+        msg.is_redelivery(),
+        settled,
+    )
+}
+
+/// The JSON line of a message's content, its delivery count and redelivery flag, and how it
+/// was settled.
+fn content_json(
+    msg: &MessageContent,
+    delivery_count: Option<u32>,
+    redelivered: bool,
+    settled: Settle,
+) -> Value {
     let mut properties = Map::new();
     for (name, value) in &msg.properties {
         properties.insert(
@@ -197,8 +276,8 @@ fn message_json(msg: &C2dMessage, settled: Settle) -> Value {
             );
         }
     }
-    o.insert("deliveryCount".into(), json!(msg.delivery_count()));
-    o.insert("redelivered".into(), json!(msg.is_redelivery()));
+    o.insert("deliveryCount".into(), json!(delivery_count));
+    o.insert("redelivered".into(), json!(redelivered));
     o.insert("settled".into(), json!(settled.as_str()));
     Value::Object(o)
 }
@@ -355,6 +434,37 @@ mod tests {
         <T as clap::Parser>::try_parse_from(base.iter().chain(extra))
             .unwrap()
             .c
+    }
+
+    #[test]
+    fn the_json_line() {
+        let content = MessageContent::parse(
+            "devices/d/messages/devicebound/%24.mid=m1&%24.cid=c1&iothub-ack=full&a=x%20y&n&e=",
+            "d",
+            bytes::Bytes::from_static(b"\xff\x00ok"),
+        )
+        .unwrap();
+        let line = content_json(&content, Some(1), true, Settle::Abandon);
+        assert_eq!(
+            line,
+            json!({
+                "messageId": "m1", "correlationId": "c1", "userId": null, "contentType": null,
+                "contentEncoding": null, "expiryTime": null, "ack": "full",
+                "properties": {"a": "x y", "n": null, "e": ""},
+                "payload": null, "payloadBase64": "/wBvaw==",
+                "deliveryCount": 1, "redelivered": true, "settled": "abandon",
+            })
+        );
+        let text = MessageContent::parse(
+            "devices/d/messages/devicebound/",
+            "d",
+            bytes::Bytes::from_static("température".as_bytes()),
+        )
+        .unwrap();
+        let line = content_json(&text, None, false, Settle::Complete);
+        assert_eq!(line["payload"], "température");
+        assert!(line.get("payloadBase64").is_none());
+        assert_eq!(line["deliveryCount"], Value::Null);
     }
 
     #[test]

@@ -196,6 +196,10 @@ fn main() -> ExitCode {
             command: iothub::IotHubCommand::Receive(args),
             ..
         }) => block_on(iothub_device::run_receive(*args)),
+        Command::Iothub(iothub::IotHubArgs {
+            command: iothub::IotHubCommand::SendEvent(args),
+            ..
+        }) => block_on(iothub_device::run_send_event(*args)),
         Command::Iothub(args) => {
             // Exit status 1 on any failure, like `serve`.
             let result = tokio::runtime::Builder::new_multi_thread()

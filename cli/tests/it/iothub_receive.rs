@@ -240,6 +240,33 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
     assert_eq!(lines(&out)[0]["messageId"], "m2");
     assert_eq!(hub.feedback("m2"), "Success");
 
+    // send-event: telemetry over MQTT and AMQP, read back with `mqstate iothub events`.
+    let mqtt_port = hub.mqtt_port.to_string();
+    let amqp_port = hub.amqp_port.to_string();
+    let ca = hub.ca.to_str().unwrap().to_owned();
+    for (flags, body) in [
+        (vec!["--no-tls", "--port", &mqtt_port], "up over mqtt"),
+        (
+            vec!["--transport", "amqp", "--port", &amqp_port, "--ca-file", &ca],
+            "up over amqp",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mqstate"))
+            .args(["iothub", "send-event"])
+            .args(&flags)
+            .args([body, "--message-id", "e1", "-P", "unit=celsius", "-P", "n"])
+            .env("MQSTATE_DEVICE_CONNECTION_STRING", &cs)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let events = hub.ok(&["events", "dev1"]);
+        let last = json(events.lines().last().unwrap());
+        assert_eq!(last["body"], body, "{last}");
+        assert_eq!(last["properties"]["unit"], "celsius", "{last}");
+        assert_eq!(last["properties"]["n"], Value::Null, "{last}");
+    }
+
     // --wait with nothing to receive: exit code 5.
     let out = receive_command(
         &cs,
