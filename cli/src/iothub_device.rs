@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
+use mqstate::ConnectionState;
 use mqstate::iothub::{
     C2dMessage, DeviceClient, DeviceSettings, MessageContent, Telemetry, Transport,
 };
@@ -324,8 +325,24 @@ pub async fn run_receive(args: ReceiveArgs) -> Outcome {
         client = args.connect.connect(read_ahead) => client?,
         () = interrupts.recv() => return Ok(Code::Interrupted),
     };
+    // Connection changes go to stderr, so that stdout stays one line per message (the client
+    // reconnects by itself; the hub delivers the unsettled messages again).
+    let mut states = client.state_changes();
+    let report = tokio::spawn(async move {
+        while states.changed().await.is_ok() {
+            let state = *states.borrow_and_update();
+            match state {
+                ConnectionState::Reconnecting => {
+                    eprintln!("mqstate: iothub receive: connection lost, reconnecting");
+                }
+                ConnectionState::Connected => eprintln!("mqstate: iothub receive: reconnected"),
+                _ => {}
+            }
+        }
+    });
     let mut received = 0u64;
     let ended = receive_loop(&client, &args, &mut interrupts, &mut received).await;
+    report.abort();
     // Settlements are written by the client's task: let them go out before closing (a
     // settlement still queued at close would be lost, and the message delivered again).
     let stats = client.stats();

@@ -247,7 +247,14 @@ fn receive_over_mqtt_completes_and_cannot_reject() {
     for (flags, body) in [
         (vec!["--no-tls", "--port", &mqtt_port], "up over mqtt"),
         (
-            vec!["--transport", "amqp", "--port", &amqp_port, "--ca-file", &ca],
+            vec![
+                "--transport",
+                "amqp",
+                "--port",
+                &amqp_port,
+                "--ca-file",
+                &ca,
+            ],
             "up over amqp",
         ),
     ] {
