@@ -24,6 +24,11 @@ struct Hub {
 
 impl Hub {
     fn start() -> Hub {
+        Hub::start_with(&[])
+    }
+
+    /// With more `serve` flags.
+    fn start_with(extra: &[&str]) -> Hub {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("hub-ca.pem");
         let broker = testing::free_port().unwrap().to_string();
@@ -47,6 +52,7 @@ impl Hub {
                 .arg("--iothub-ca-out")
                 .arg(&ca)
                 .args(["--iothub-feedback-interval", "1s"])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -435,4 +441,63 @@ fn wait_state(hub: &Hub, device: &str, state: &str) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn receive_as_an_x509_device() {
+    // A CA the hub trusts for certificateAuthority devices, and a device certificate it signs
+    // (CN = the device id); the device endpoint on TLS with the hub's generated certificate.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "device CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "cam1");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &*ca).unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = files.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let device_ca = write("device-ca.pem", ca.pem());
+    let cert_file = write("cam1.pem", cert.pem());
+    let key_file = write("cam1.key", key.serialize_pem());
+
+    let hub = Hub::start_with(&["--iothub-tls", "--iothub-ca-file", &device_ca]);
+    hub.ok(&["device", "add", "cam1", "--x509-ca"]);
+    hub.send("cam1", "snap", "x1");
+    let cs = "HostName=localhost;DeviceId=cam1;x509=true";
+    let port = hub.mqtt_port.to_string();
+    let ca_file = hub.ca.to_str().unwrap();
+    let tls = [
+        "--port",
+        port.as_str(),
+        "--ca-file",
+        ca_file,
+        "--cert-file",
+        &cert_file,
+        "--key-file",
+        &key_file,
+    ];
+    let out = receive(cs, &[&tls[..], &["--count", "1"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(lines(&out)[0]["messageId"], "x1");
+    assert_eq!(hub.feedback("x1"), "Success");
+
+    // The certificate without its key: the core's settings refuse it before connecting.
+    let out = receive(cs, &tls[..6]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("both cert_file and key_file"),
+        "{}",
+        stderr(&out)
+    );
 }
