@@ -8,13 +8,14 @@
 //! |---|---|
 //! | 0 | success |
 //! | 1 | miss: the key does not exist (`get`, `del`, `vdel`), no key matches (`keys`) |
-//! | 2 | usage: bad arguments, bad URL, unreadable input file, unwritable stdout |
+//! | 2 | usage: bad arguments, bad URL, unreadable input file, unwritable stdout; something the transport does not offer (`iothub receive --settle reject` over MQTT) |
 //! | 3 | not applied: `set --nx/--nex` condition failed, `vdel` value differs, lock held |
 //! | 4 | connection: the broker could not be reached, refused us, or the link dropped |
 //! | 5 | timeout: the broker sent no CONNACK, or the state store did not answer a request, within `--timeout`; or `--wait` ran out |
 //! | 6 | service: the state store answered an error, or an answer broke the protocol |
 //! | 7 | lost: `lock` / `elect` lost the lease while the command ran (it got SIGTERM) |
-//! | 130 | interrupted (Ctrl-C) before anything was done |
+//! | 8 | refused: IoT Hub refused the device's credentials (`iothub receive`) |
+//! | 130 | interrupted (Ctrl-C) before anything was done (`iothub receive`: before `--count` was reached) |
 //!
 //! `lock` and `elect` otherwise return their command's own exit code (128 + N when it was
 //! killed by signal N, 126 / 127 when it could not be started).
@@ -42,6 +43,8 @@ pub enum Code {
     Service,
     /// 7: the lock or the leadership was lost while the command ran.
     Lost,
+    /// 8: the credentials were refused (IoT Hub device authentication).
+    Refused,
     /// 130: interrupted by Ctrl-C.
     Interrupted,
     /// The exit status of the command that `lock` / `elect` ran.
@@ -60,6 +63,7 @@ impl Code {
             Code::Timeout => 5,
             Code::Service => 6,
             Code::Lost => 7,
+            Code::Refused => 8,
             Code::Interrupted => 130,
             Code::Child(status) => status,
         }
@@ -105,7 +109,10 @@ impl fmt::Display for Failure {
 /// The exit code of a core error kind.
 pub fn code_of(kind: ErrorKind) -> Code {
     match kind {
-        ErrorKind::InvalidArgument => Code::Usage,
+        // A settlement or setting the transport does not offer (reject over MQTT) is a
+        // mistake in the arguments, like an invalid one.
+        ErrorKind::InvalidArgument | ErrorKind::NotSupported => Code::Usage,
+        ErrorKind::Authentication => Code::Refused,
         ErrorKind::Timeout => Code::Timeout,
         ErrorKind::Connection | ErrorKind::Disconnected => Code::Connection,
         ErrorKind::Service | ErrorKind::UnexpectedPayload | ErrorKind::ClockDrift => Code::Service,
@@ -142,10 +149,11 @@ mod tests {
             Code::Timeout,
             Code::Service,
             Code::Lost,
+            Code::Refused,
             Code::Interrupted,
         ];
         let numbers: Vec<u8> = all.iter().map(|c| c.as_u8()).collect();
-        assert_eq!(numbers, [0, 1, 2, 3, 4, 5, 6, 7, 130]);
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 5, 6, 7, 8, 130]);
     }
 
     #[test]
@@ -156,6 +164,10 @@ mod tests {
         assert_eq!(Failure::from_error("x", &refused).code, Code::Connection);
         let bad = mqstate::Error::InvalidArgument("empty key".into());
         assert_eq!(Failure::from_error("x", &bad).code, Code::Usage);
+        let refused = mqstate::Error::Authentication("bad key".into());
+        assert_eq!(Failure::from_error("x", &refused).code, Code::Refused);
+        let mqtt = mqstate::Error::NotSupported("reject over MQTT".into());
+        assert_eq!(Failure::from_error("x", &mqtt).code, Code::Usage);
         let service = mqstate::Error::Service(mqstate::ServiceError::from_text("boom"));
         let f = Failure::from_error("set \"k\"", &service);
         assert_eq!(f.code, Code::Service);

@@ -234,6 +234,18 @@ pub struct IotHubArgs {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum IotHubCommand {
+    /// Be the device: connect with its connection string (MQTT or AMQP), print each
+    /// cloud-to-device message as one JSON line and settle it (complete, reject, abandon).
+    #[command(
+        after_help = "Examples:\n  mqstate iothub receive --connection-string \"$CS\" --no-tls --port 8883 --count 1\n  mqstate iothub receive --transport amqp --ca-file hub.pem --settle reject --wait 30s\n\nThe connection string may come from $MQSTATE_DEVICE_CONNECTION_STRING.\nExit codes: 0 done (--count reached, or stopped by Ctrl-C without --count), 2 bad\nsettings or a settlement the transport does not offer (reject, abandon over MQTT),\n4 connection, 5 --wait ran out, 8 credentials refused, 130 Ctrl-C before --count."
+    )]
+    Receive(Box<crate::iothub_device::ReceiveArgs>),
+    /// Be the device: send one device-to-cloud message (telemetry) and wait for the hub to
+    /// take it.
+    #[command(
+        after_help = "Example:\n  mqstate iothub send-event --connection-string \"$CS\" --no-tls --port 8883 '{\"t\": 21.5}' -P unit=celsius\n\nThe connection flags and exit codes are those of `mqstate iothub receive`."
+    )]
+    SendEvent(Box<crate::iothub_device::SendEventArgs>),
     /// Register, list, remove devices; print MQTT credentials.
     #[command(subcommand)]
     Device(DeviceCommand),
@@ -389,6 +401,9 @@ pub async fn run(args: IotHubArgs) -> Result<(), String> {
         .with_token(args.token);
     let e = |e: mqstate_server::iothub::admin::AdminError| e.to_string();
     match args.command {
+        IotHubCommand::Receive(_) | IotHubCommand::SendEvent(_) => {
+            Err("the device commands are run by main".into())
+        }
         IotHubCommand::Device(DeviceCommand::Add {
             id,
             key,

@@ -10,6 +10,7 @@ mod connect;
 mod duration;
 mod exit;
 mod iothub;
+mod iothub_device;
 mod logging;
 mod output;
 mod secure;
@@ -29,12 +30,14 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0    success (lock, elect: the command's own exit status)
   1    miss: no such key (get, del, vdel), no key matches (keys)
-  2    usage: bad arguments, bad URL, unreadable file
+  2    usage: bad arguments, bad URL, unreadable file, not supported (iothub receive
+       --settle reject/abandon over MQTT)
   3    not applied: set --nx/--nex condition failed, vdel value differs, lock held
   4    connection: broker unreachable, refused, or dropped
   5    timeout: no CONNACK or no answer from the state store within --timeout, or --wait ran out
   6    service: the state store answered an error
   7    lost: lock / elect lost the lease while the command ran (it got SIGTERM)
+  8    refused: IoT Hub refused the device's credentials (iothub receive)
   130  interrupted (Ctrl-C)
 
 Connection: --url, else $MQSTATE_URL, else mqtt://127.0.0.1:1883 (--from-env: AIO_* variables).";
@@ -189,6 +192,14 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Command::Iothub(iothub::IotHubArgs {
+            command: iothub::IotHubCommand::Receive(args),
+            ..
+        }) => block_on(iothub_device::run_receive(*args)),
+        Command::Iothub(iothub::IotHubArgs {
+            command: iothub::IotHubCommand::SendEvent(args),
+            ..
+        }) => block_on(iothub_device::run_send_event(*args)),
         Command::Iothub(args) => {
             // Exit status 1 on any failure, like `serve`.
             let result = tokio::runtime::Builder::new_multi_thread()

@@ -16,6 +16,7 @@ mod client;
 mod iothub;
 mod iothub_crash;
 mod iothub_persistence;
+mod iothub_receive;
 mod persistence;
 mod security;
 mod serve;
