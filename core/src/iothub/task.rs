@@ -229,6 +229,9 @@ impl Task {
             let wake = self.next().await;
             match wake {
                 Wake::Shutdown => {
+                    // Completions made before `close()` go out ahead of the DISCONNECT: a
+                    // `complete()` then `close()` completes the message.
+                    self.flush_acks().await;
                     self.close_gracefully().await;
                     break;
                 }

@@ -36,6 +36,21 @@ async fn receives_every_system_property_url_decoded_with_null_and_empty() {
     assert_eq!(client.state(), ConnectionState::Closed);
 }
 
+/// A completion made just before `close()` is acknowledged before the connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_made_right_before_close_reaches_the_hub() {
+    let (_server, hub) = hub(IotHubConfig::default(), &["dev1"]).await;
+    let client = DeviceClient::connect(options(&hub, "dev1")).await.unwrap();
+    hub.send("dev1", HubMessage::new("x").message_id("c1"))
+        .unwrap();
+    receive(&client).await.complete().unwrap();
+    client.close().await;
+    eventually(&hub, "dev1", "completed before the close", |q| {
+        q.depth == 0 && completed(q) == 1
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_and_abandon_are_not_supported_over_mqtt() {
     let (_server, hub) = hub(IotHubConfig::default(), &["dev1"]).await;

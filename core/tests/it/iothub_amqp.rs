@@ -56,6 +56,33 @@ async fn receives_every_property_and_completes_with_success_feedback() {
     assert_eq!(client.state(), ConnectionState::Closed);
 }
 
+/// Settlements made just before `close()` are written before the link closes (none is left to
+/// the hub's lock timeout and a redelivery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_made_right_before_close_reach_the_hub() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
+        .await
+        .unwrap();
+    for id in ["c1", "r1"] {
+        hub.send("dev1", HubMessage::new(id).message_id(id))
+            .unwrap();
+    }
+    let (first, second) = (receive(&client).await, receive(&client).await);
+    first.complete().unwrap();
+    second.reject().unwrap();
+    client.close().await;
+    eventually(&hub, "dev1", "settled before the close", |q| {
+        q.depth == 0
+            && completed(q) == 1
+            && q.finished
+                .iter()
+                .any(|m| m.state == MessageState::DeadLettered)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_dead_letters_with_rejected_feedback() {
     let (_server, hub) = hub(config(), &["dev1"]).await;

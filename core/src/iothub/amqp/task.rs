@@ -154,7 +154,12 @@ impl Task {
             };
             backoff.connected(Instant::now());
             self.connected(&link);
-            let (end, link) = self.serve(link).await;
+            let (end, mut link) = self.serve(link).await;
+            if matches!(end, End::Shutdown) {
+                // What the application settled before `close()` is written before the link
+                // closes: a `complete()` then `close()` completes the message.
+                let _ = tokio::time::timeout(CLOSE_GRACE, self.flush_settlements(&mut link)).await;
+            }
             self.lost_link();
             match end {
                 End::Shutdown => {
