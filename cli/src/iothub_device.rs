@@ -87,15 +87,16 @@ pub struct DeviceConnectArgs {
         value_name = "CS"
     )]
     pub connection_string: String,
-    /// mqtt (MQTT 3.1.1, the default) or amqp (AMQP 1.0; docs/iothub-device.md,
-    /// "Transports").
+    /// mqtt (MQTT 3.1.1, the default), amqp (AMQP 1.0) or amqp-ws (AMQP over WebSockets, port
+    /// 443; docs/iothub-device.md, "Transports").
     #[arg(long, value_name = "TRANSPORT", value_parser = transport)]
     pub transport: Option<Transport>,
     /// Connect to this host instead of the connection string's HostName (a local hub; the
     /// SAS token still names HostName).
     #[arg(long, value_name = "HOST")]
     pub host: Option<String>,
-    /// The port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+    /// The port (default: the transport's, 8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+    /// WebSockets).
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
     /// Plain TCP instead of TLS (a local hub's MQTT endpoint without --iothub-tls).

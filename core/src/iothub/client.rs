@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::c2d::C2dMessage;
 use super::message::{self, Telemetry};
-use super::options::{DeviceOptions, Transport as DeviceTransport};
+use super::options::DeviceOptions;
 use super::shared::{DeviceStats, Shared};
 use super::task::{self, CLOSE_GRACE, Channels, SendRequest};
 use crate::client::ConnectionState;
@@ -73,11 +73,11 @@ impl DeviceClient {
     /// attached receiver and telemetry links. Errors: [`Error::InvalidArgument`] for bad
     /// options, [`Error::Authentication`] when the hub refuses the credentials,
     /// [`Error::Connection`] when it cannot be reached, [`Error::Timeout`] after
-    /// `connect_timeout`, [`Error::NotSupported`] for AMQP in a build without the `amqp`
-    /// feature.
+    /// `connect_timeout`, [`Error::NotSupported`] for AMQP (over TCP or WebSockets) in a build
+    /// without the `amqp` feature.
     pub async fn connect(options: DeviceOptions) -> Result<Self, Error> {
         options.validate()?;
-        if options.transport == DeviceTransport::Amqp {
+        if options.transport.is_amqp() {
             return Self::connect_amqp(options).await;
         }
         let (password, expiry) = options.password()?;
@@ -131,7 +131,7 @@ impl DeviceClient {
         this.ready(ready_rx, connect_timeout).await
     }
 
-    /// The AMQP transport (docs/iothub-device.md, "Transports").
+    /// The AMQP transport, over TCP or WebSockets (docs/iothub-device.md, "Transports").
     #[cfg(feature = "amqp")]
     async fn connect_amqp(options: DeviceOptions) -> Result<Self, Error> {
         use super::amqp::task;
@@ -159,12 +159,13 @@ impl DeviceClient {
         this.ready(ready_rx, connect_timeout).await
     }
 
-    /// A build without the `amqp` feature has no AMQP transport.
+    /// A build without the `amqp` feature has no AMQP transport (nor AMQP over WebSockets).
     #[cfg(not(feature = "amqp"))]
-    async fn connect_amqp(_options: DeviceOptions) -> Result<Self, Error> {
-        Err(Error::NotSupported(
-            "this build of mqstate has no AMQP transport (the `amqp` cargo feature is off)".into(),
-        ))
+    async fn connect_amqp(options: DeviceOptions) -> Result<Self, Error> {
+        Err(Error::NotSupported(format!(
+            "this build of mqstate has no AMQP transport (transport {:?}: the `amqp` cargo feature is off)",
+            options.transport.as_str()
+        )))
     }
 
     /// Waits for the first connection's outcome.
@@ -293,5 +294,24 @@ impl DeviceClient {
     /// Asks the client to close without waiting (for `Drop` in bindings).
     pub fn close_nowait(&self) {
         let _ = self.shutdown.send(true);
+    }
+}
+
+#[cfg(all(test, not(feature = "amqp")))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::ErrorKind;
+    use crate::iothub::Transport;
+
+    #[tokio::test]
+    async fn without_the_amqp_feature_both_amqp_transports_are_not_supported() {
+        for transport in [Transport::Amqp, Transport::AmqpWs] {
+            let options = DeviceOptions::new("h", "d", "c2VjcmV0").with_transport(transport);
+            let e = DeviceClient::connect(options).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotSupported, "{e}");
+            assert!(e.to_string().contains(transport.as_str()), "{e}");
+        }
     }
 }

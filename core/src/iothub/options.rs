@@ -12,7 +12,7 @@ use crate::protocol::errors::Error;
 pub const API_VERSION: &str = "2021-04-12";
 
 /// The protocol a [`super::DeviceClient`] speaks to the hub (docs/iothub-device.md,
-/// "Transports"). The connection string is the same for both.
+/// "Transports"). The connection string is the same for all three.
 ///
 /// ```
 /// use mqstate::iothub::{DeviceOptions, Transport};
@@ -31,34 +31,64 @@ pub enum Transport {
     /// AMQP 1.0 on port 5671: messages can be completed, rejected or abandoned, each on its
     /// own, in any order.
     Amqp,
+    /// AMQP 1.0 over a WebSocket on port 443, for networks that let only HTTPS through:
+    /// TLS, then the WebSocket handshake to `wss://{hostname}/$iothub/websocket` with the
+    /// subprotocol `AMQPWSB10` (as the official SDKs' `AmqpWs`), then the same AMQP connection
+    /// as [`Transport::Amqp`] inside the WebSocket's binary messages: complete, reject and
+    /// abandon alike. It needs TLS (the hub serves WebSockets on its HTTPS port only: plain
+    /// TCP is an [`Error::InvalidArgument`]), and a SAS token: X.509 is an
+    /// [`Error::NotSupported`], since the hub does not take client certificates on its
+    /// WebSocket endpoint. Part of the `amqp` cargo feature, like `Amqp`.
+    ///
+    /// ```
+    /// use mqstate::iothub::{DeviceOptions, Transport};
+    /// let o = DeviceOptions::from_connection_string(
+    ///     "HostName=myhub.azure-devices.net;DeviceId=dev1;SharedAccessKey=c2VjcmV0",
+    /// )?
+    /// .with_transport(Transport::AmqpWs);
+    /// assert_eq!((o.port, o.transport.as_str()), (443, "amqp-ws"));
+    /// assert_eq!("amqp-ws".parse::<Transport>()?, Transport::AmqpWs);
+    /// # Ok::<(), mqstate::Error>(())
+    /// ```
+    AmqpWs,
 }
 
 impl Transport {
-    /// The hub's TLS port for this transport (8883 for MQTT, 5671 for AMQP).
+    /// The hub's TLS port for this transport (8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+    /// WebSockets).
     pub fn default_port(self) -> u16 {
         match self {
             Transport::Mqtt => 8883,
             Transport::Amqp => 5671,
+            Transport::AmqpWs => 443,
         }
     }
 
-    /// The transport's name as the docs and every binding spell it (`"mqtt"`, `"amqp"`).
+    /// The transport's name as the docs and every binding spell it (`"mqtt"`, `"amqp"`,
+    /// `"amqp-ws"`).
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Mqtt => "mqtt",
             Transport::Amqp => "amqp",
+            Transport::AmqpWs => "amqp-ws",
         }
+    }
+
+    /// Whether the transport is AMQP (over TCP or over WebSockets).
+    pub(crate) fn is_amqp(self) -> bool {
+        matches!(self, Transport::Amqp | Transport::AmqpWs)
     }
 }
 
 impl std::str::FromStr for Transport {
     type Err = Error;
 
-    /// `"mqtt"` or `"amqp"`, in any case.
+    /// `"mqtt"`, `"amqp"` or `"amqp-ws"` ([`Transport::as_str`]), in any case.
     ///
     /// ```
     /// use mqstate::iothub::Transport;
     /// assert_eq!("AMQP".parse::<Transport>()?, Transport::Amqp);
+    /// assert_eq!("amqp-ws".parse::<Transport>()?, Transport::AmqpWs);
     /// assert!("http".parse::<Transport>().is_err());
     /// # Ok::<(), mqstate::Error>(())
     /// ```
@@ -66,8 +96,9 @@ impl std::str::FromStr for Transport {
         match s.to_ascii_lowercase().as_str() {
             "mqtt" => Ok(Transport::Mqtt),
             "amqp" => Ok(Transport::Amqp),
+            "amqp-ws" => Ok(Transport::AmqpWs),
             _ => Err(Error::InvalidArgument(format!(
-                "unknown transport {s:?} (expected \"mqtt\" or \"amqp\")"
+                "unknown transport {s:?} (expected \"mqtt\", \"amqp\" or \"amqp-ws\")"
             ))),
         }
     }
@@ -133,12 +164,13 @@ pub struct DeviceOptions {
     pub device_id: String,
     /// The credentials.
     pub auth: DeviceAuth,
-    /// MQTT (the default) or AMQP; set it with [`DeviceOptions::with_transport`], which also
-    /// moves the port to the transport's default.
+    /// MQTT (the default), AMQP or AMQP over WebSockets; set it with
+    /// [`DeviceOptions::with_transport`], which also moves the port to the transport's default.
     pub transport: Transport,
     /// Where to connect, when it is not `hostname` (a local hub on `127.0.0.1`).
     pub connect_host: Option<String>,
-    /// The TCP port (8883 for MQTT, 5671 for AMQP, with TLS: the defaults).
+    /// The TCP port (8883 for MQTT, 5671 for AMQP, 443 for AMQP over WebSockets, with TLS: the
+    /// defaults).
     pub port: u16,
     /// TLS settings; `None` is plain TCP, only for a local hub.
     pub tls: Option<TlsOptions>,
@@ -332,9 +364,9 @@ impl DeviceOptions {
         self
     }
 
-    /// Chooses the transport (builder style). A port still at the other transport's default
-    /// moves to this one's (8883 <-> 5671); a port set otherwise is kept, so set the endpoint
-    /// after the transport.
+    /// Chooses the transport (builder style). A port still at the current transport's default
+    /// moves to the new one's (8883, 5671, 443); a port set otherwise is kept, so set the
+    /// endpoint after the transport.
     ///
     /// ```
     /// use mqstate::iothub::{DeviceOptions, Transport};
@@ -453,6 +485,9 @@ impl DeviceOptions {
         if self.port == 0 {
             return bad("port 0".into());
         }
+        if self.transport == Transport::AmqpWs {
+            self.validate_websocket()?;
+        }
         match &self.auth {
             DeviceAuth::SharedAccessKey { key, .. } => {
                 super::sas::decode_key(key)?;
@@ -471,6 +506,23 @@ impl DeviceOptions {
                     return bad("X.509 authentication needs TLS with a client certificate".into());
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// What AMQP over WebSockets needs: TLS (the hub serves its WebSocket endpoint on its
+    /// HTTPS port only) and a SAS token (the hub takes no client certificate there:
+    /// docs/security.md, "The WebSocket path is not a web surface").
+    fn validate_websocket(&self) -> Result<(), Error> {
+        if self.auth == DeviceAuth::X509 {
+            return Err(Error::NotSupported(
+                "X.509 authentication over WebSockets is not supported: the hub takes no client certificate on its WebSocket endpoint (use MQTT or AMQP over TCP, or a shared access key)".into(),
+            ));
+        }
+        if self.tls.is_none() {
+            return Err(Error::InvalidArgument(
+                "AMQP over WebSockets needs TLS: the hub serves it on its HTTPS port only (wss://); use with_endpoint, not with_plain_tcp".into(),
+            ));
         }
         Ok(())
     }

@@ -21,6 +21,7 @@ mod connect_packet;
 mod fuzz_decoders;
 mod iothub;
 mod iothub_amqp;
+mod iothub_amqp_ws;
 mod iothub_x509;
 mod lock;
 mod prop_hlc;

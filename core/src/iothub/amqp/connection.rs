@@ -13,6 +13,9 @@
 //! handshake, then the plain AMQP header (no SASL) and no `$cbs` links; the hub authorizes the
 //! device's links by the connection's certificate, and detaches them with
 //! `amqp:unauthorized-access` when it is not the device's.
+//!
+//! Over WebSockets ([`crate::iothub::Transport::AmqpWs`]) the same AMQP connection runs inside
+//! a WebSocket on the TLS stream (`websocket.rs`): only the stream under it differs.
 
 use std::time::Duration;
 
@@ -28,7 +31,8 @@ use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::iothub::options::{DeviceAuth, DeviceOptions};
+use super::websocket;
+use crate::iothub::options::{DeviceAuth, DeviceOptions, Transport};
 use crate::protocol::errors::Error;
 
 /// The token type IoT Hub's CBS node takes (the SDKs send this one).
@@ -143,11 +147,12 @@ fn failed(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Erro
 }
 
 impl Link {
-    /// Connects, authenticates with `token` (valid for the device's resource URI; `None` for
-    /// an X.509 device, whose certificate the TLS handshake carried) and attaches the device's
-    /// links. Errors: [`Error::Authentication`] when the hub refuses the token or the
-    /// certificate, [`Error::Connection`] for everything else (unreachable, TLS, a refused
-    /// link).
+    /// Connects (over TCP, or a WebSocket for [`Transport::AmqpWs`]), authenticates with
+    /// `token` (valid for the device's resource URI; `None` for an X.509 device, whose
+    /// certificate the TLS handshake carried) and attaches the device's links. Errors:
+    /// [`Error::Authentication`] when the hub refuses the token or the certificate,
+    /// [`Error::Connection`] for everything else (unreachable, TLS, a refused WebSocket
+    /// upgrade, a refused link).
     pub(super) async fn open(
         options: &DeviceOptions,
         token: Option<&str>,
@@ -170,7 +175,17 @@ impl Link {
                     .connect(name, tcp)
                     .await
                     .map_err(|e| failed(&format!("TLS with {host}:{}", options.port), e))?;
-                amqp_open(options, stream).await?
+                if options.transport == Transport::AmqpWs {
+                    amqp_open(options, websocket::connect(options, stream).await?).await?
+                } else {
+                    amqp_open(options, stream).await?
+                }
+            }
+            // `DeviceOptions::validate` refuses it first; the hub serves WebSockets over TLS only.
+            None if options.transport == Transport::AmqpWs => {
+                return Err(Error::InvalidArgument(
+                    "AMQP over WebSockets needs TLS".into(),
+                ));
             }
             None => amqp_open(options, tcp).await?,
         };

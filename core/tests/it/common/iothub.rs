@@ -1,5 +1,6 @@
-//! The local IoT Hub for the device client's tests (`iothub`, `iothub_amqp`): started
-//! in-process, its devices, device options for either transport, and waiting on its queues.
+//! The local IoT Hub for the device client's tests (`iothub`, `iothub_amqp`, `iothub_amqp_ws`):
+//! started in-process, its devices, device options for each transport, and waiting on its
+//! queues.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -99,6 +100,19 @@ pub fn amqp_options(hub: &IotHub, device: &str, port: u16, ca: &CaFile) -> Devic
 /// The port of the hub's AMQP endpoint.
 pub fn amqp_port(hub: &IotHub) -> u16 {
     hub.endpoints().amqp_endpoint.unwrap().port()
+}
+
+/// AMQP over WebSockets (`wss://`) to the hub's HTTPS port on 127.0.0.1, trusting `ca`: the
+/// options of [`amqp_options`] with the other transport.
+pub fn amqp_ws_options(hub: &IotHub, device: &str, ca: &CaFile) -> DeviceOptions {
+    let mut options = amqp_options(hub, device, https_port(hub), ca);
+    options.transport = Transport::AmqpWs;
+    options
+}
+
+/// The port of the hub's HTTPS server (REST API, and MQTT and AMQP over WebSockets).
+pub fn https_port(hub: &IotHub) -> u16 {
+    hub.endpoints().https_endpoint.unwrap().port()
 }
 
 /// The next message, within [`WAIT`].

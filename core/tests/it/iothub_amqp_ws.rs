@@ -1,0 +1,193 @@
+//! The IoT Hub device client over AMQP over WebSockets (`Transport::AmqpWs`) against the local
+//! IoT Hub's HTTPS port (`wss://.../$iothub/websocket`, subprotocol `AMQPWSB10`, then the same
+//! AMQP connection as `iothub_amqp`): complete, reject and abandon with the hub's feedback,
+//! telemetry, a refused key, an endpoint that is not a WebSocket one, and what the transport
+//! refuses before connecting (X.509, plain TCP).
+
+use std::time::{Duration, Instant};
+
+use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry, Transport};
+use mqstate::{ConnectionState, ErrorKind};
+use mqstate_server::iothub::{
+    Ack, C2dMessage as HubMessage, FeedbackStatus, IotHubConfig, MessageState,
+};
+
+use crate::common::iothub::{
+    CaFile, amqp_port, amqp_ws_options, assert_every_property, completed, eventually, feedback,
+    finished, hub, message_with_every_property, receive,
+};
+
+/// Feedback right away, so that each test can read its records.
+fn config() -> IotHubConfig {
+    IotHubConfig {
+        feedback_batch_size: 1,
+        ..IotHubConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receives_every_property_and_completes_with_success_feedback() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let options = amqp_ws_options(&hub, "dev1", &ca);
+    assert_eq!(options.transport.as_str(), "amqp-ws");
+    let client = DeviceClient::connect(options).await.unwrap();
+    assert_eq!(client.state(), ConnectionState::Connected);
+    hub.send("dev1", message_with_every_property()).unwrap();
+    let m = receive(&client).await;
+    assert_every_property(&m);
+    assert_eq!(m.delivery_count(), Some(0));
+    m.complete().unwrap();
+    eventually(&hub, "dev1", "completed", |q| {
+        q.depth == 0 && completed(q) == 1
+    })
+    .await;
+    assert_eq!(feedback(&hub, "id 1/é").await, FeedbackStatus::Success);
+    assert_eq!(client.stats().acknowledged, 1);
+    client.close().await;
+    assert_eq!(client.state(), ConnectionState::Closed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_dead_letters_with_rejected_feedback() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(amqp_ws_options(&hub, "dev1", &ca))
+        .await
+        .unwrap();
+    hub.send(
+        "dev1",
+        HubMessage::new("bad").message_id("r1").ack(Ack::Negative),
+    )
+    .unwrap();
+    receive(&client).await.reject().unwrap();
+    eventually(&hub, "dev1", "dead-lettered", |q| {
+        q.depth == 0 && finished(q, MessageState::DeadLettered) == 1
+    })
+    .await;
+    assert_eq!(feedback(&hub, "r1").await, FeedbackStatus::Rejected);
+    assert_eq!(client.stats().rejected, 1);
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandon_redelivers_with_the_delivery_count_one_higher() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(amqp_ws_options(&hub, "dev1", &ca))
+        .await
+        .unwrap();
+    hub.send(
+        "dev1",
+        HubMessage::new("later").message_id("a1").ack(Ack::Full),
+    )
+    .unwrap();
+    let first = receive(&client).await;
+    assert_eq!(first.delivery_count(), Some(0));
+    first.abandon().unwrap();
+    let second = receive(&client).await;
+    assert_eq!(second.message_id.as_deref(), Some("a1"));
+    assert_eq!(second.delivery_count(), Some(1));
+    assert!(second.is_redelivery());
+    second.complete().unwrap();
+    eventually(&hub, "dev1", "completed once", |q| {
+        q.depth == 0 && completed(q) == 1
+    })
+    .await;
+    assert_eq!(feedback(&hub, "a1").await, FeedbackStatus::Success);
+    let stats = client.stats();
+    assert_eq!((stats.abandoned, stats.acknowledged), (1, 1));
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_arrives_with_its_properties() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(amqp_ws_options(&hub, "dev1", &ca))
+        .await
+        .unwrap();
+    // Larger than one WebSocket message of a small write: the stream carries it whole.
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    client
+        .send_event(
+            Telemetry::new(body.clone())
+                .message_id("tm 1")
+                .property("place", "a/b&c=d é"),
+        )
+        .await
+        .unwrap();
+    let got = hub.telemetry("dev1", 0).unwrap();
+    assert_eq!(got.len(), 1, "the disposition came after the hub kept it");
+    let t = &got[0];
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(&t.body_base64)
+            .unwrap(),
+        body
+    );
+    let sys = |k: &str| t.system_properties.get(k).cloned().flatten();
+    assert_eq!(sys("$.mid").as_deref(), Some("tm 1"));
+    assert_eq!(
+        t.properties.get("place"),
+        Some(&Some("a/b&c=d é".to_owned()))
+    );
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_is_an_authentication_error() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let good = amqp_ws_options(&hub, "dev1", &ca);
+    let mut wrong = DeviceOptions::new(hub.config().hostname.clone(), "dev1", "d3Jvbmcga2V5")
+        .with_transport(Transport::AmqpWs);
+    assert_eq!(wrong.port, 443);
+    wrong.connect_host = good.connect_host.clone();
+    wrong.port = good.port;
+    wrong.tls = good.tls.clone();
+    let e = DeviceClient::connect(wrong).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Authentication, "{e}");
+}
+
+/// The hub's AMQP port speaks TLS with the same certificate but no HTTP: the upgrade fails as
+/// soon as the AMQP endpoint answers, with a connection error that says where it went, not
+/// after the connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_is_not_a_websocket_one_fails_at_once() {
+    let (_server, hub) = hub(config(), &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let mut options = amqp_ws_options(&hub, "dev1", &ca);
+    options.port = amqp_port(&hub);
+    options.connect_timeout = Duration::from_secs(20);
+    let started = Instant::now();
+    let e = DeviceClient::connect(options).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}: {e}",
+        started.elapsed()
+    );
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("WebSocket upgrade"), "{text}");
+    assert!(text.contains("/$iothub/websocket"), "{text}");
+}
+
+/// X.509 and plain TCP are refused before connecting: the hub takes no client certificate on
+/// its WebSocket endpoint (docs/security.md) and serves WebSockets over TLS only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x509_is_not_supported_and_plain_tcp_is_invalid() {
+    let x509 = DeviceOptions::with_x509("localhost", "x1", "x1.pem", "x1.key")
+        .with_transport(Transport::AmqpWs);
+    let e = DeviceClient::connect(x509).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotSupported, "{e}");
+    assert!(e.to_string().contains("X.509"), "{e}");
+
+    let plain = DeviceOptions::new("localhost", "dev1", "c2VjcmV0")
+        .with_transport(Transport::AmqpWs)
+        .with_plain_tcp("127.0.0.1", 1);
+    let e = DeviceClient::connect(plain).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("TLS"), "{e}");
+}
