@@ -43,9 +43,6 @@ use crate::exit::{Code, Failure, Outcome};
 use crate::output;
 use crate::signals::Interrupts;
 
-/// How long a settlement may take to be written before the command closes anyway.
-const SETTLE_DRAIN: Duration = Duration::from_secs(10);
-
 /// The core's default receive buffer: --count never raises it.
 const DEFAULT_READ_AHEAD: usize = 64;
 
@@ -344,23 +341,7 @@ pub async fn run_receive(args: ReceiveArgs) -> Outcome {
     let mut received = 0u64;
     let ended = receive_loop(&client, &args, &mut interrupts, &mut received).await;
     report.abort();
-    // Settlements are written by the client's task: let them go out before closing (a
-    // settlement still queued at close would be lost, and the message delivered again).
-    let stats = client.stats();
-    let settled = stats.acknowledged + stats.rejected + stats.abandoned;
-    if settled < received {
-        let mut changes = client.state_changes();
-        let deadline = tokio::time::Instant::now() + SETTLE_DRAIN;
-        loop {
-            let s = client.stats();
-            if s.acknowledged + s.rejected + s.abandoned >= received
-                || tokio::time::Instant::now() >= deadline
-            {
-                break;
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(10), changes.changed()).await;
-        }
-    }
+    // Settlements made so far are written before the connection closes (the core's close).
     client.close().await;
     match ended? {
         End::Done => Ok(Code::Success),
