@@ -828,8 +828,9 @@ mqstate_status mqstate_iothub_options_clone(const struct mqstate_iothub_options 
                                             struct mqstate_iothub_options **options_out);
 
 /**
- * Sets the transport by name: `"mqtt"` (the default) or `"amqp"` (also reject and abandon;
- * the port follows the transport, 8883 or 5671, unless set); NULL goes back to the default.
+ * Sets the transport by name: `"mqtt"` (the default), `"amqp"` (also reject and abandon) or
+ * `"amqp-ws"` (AMQP over WebSockets, port 443); the port follows the transport (8883, 5671,
+ * 443) unless set; NULL goes back to the default.
  * A name the library does not know is `MQSTATE_INVALID_ARGUMENT` and changes nothing.
  */
 mqstate_status mqstate_iothub_options_set_transport(struct mqstate_iothub_options *options,

@@ -19,10 +19,11 @@ use crate::util::{bytes, millis, rejected, spawn};
 #[napi(object)]
 #[derive(Debug, Default)]
 pub struct DeviceConnectOptions {
-    /// `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order)
-    /// or `"amqp"` (messages can be completed, rejected or abandoned, each on its own); the
-    /// names the core knows, in any case (another rejects with `ERR_INVALID_ARGUMENT`).
-    #[napi(ts_type = "'mqtt' | 'amqp' | (string & {})")]
+    /// `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order),
+    /// `"amqp"` (messages can be completed, rejected or abandoned, each on its own) or
+    /// `"amqp-ws"` (AMQP over WebSockets on port 443); the names the core knows, in any case
+    /// (another rejects with `ERR_INVALID_ARGUMENT`).
+    #[napi(ts_type = "'mqtt' | 'amqp' | 'amqp-ws' | (string & {})")]
     pub transport: Option<String>,
     /// Host to connect to (default: the connection string's HostName).
     pub host: Option<String>,

@@ -277,6 +277,26 @@ function amqpOptions(h, name) {
   return { transport: 'amqp', port: h.amqpPort, caFile: caFile(h, name) };
 }
 
+test('AMQP over WebSockets (amqp-ws, the HTTPS port): reject and abandon, with feedback', async () => {
+  const cs = amqpHub.addDevice('a-ws');
+  const options = { ...amqpOptions(amqpHub, 'a-ws'), transport: 'amqp-ws', port: amqpHub.httpsPort };
+  const device = await DeviceClient.connect(cs, options);
+  amqpHub.send('a-ws', 'no', 'ws-bad', [], { ack: 'full' });
+  amqpHub.send('a-ws', 'later', 'ws-later', [], { ack: 'full' });
+  const counts = [];
+  while (counts.length < 3) {
+    const msg = await next(device);
+    counts.push(msg.deliveryCount);
+    if (msg.messageId === 'ws-bad') await msg.reject();
+    else if (msg.deliveryCount === 0) await msg.abandon();
+    else await msg.complete();
+  }
+  assert.deepEqual(counts.sort(), [0, 0, 1]);
+  await eventually(() => amqpHub.feedback('ws-bad') === 'Rejected', 'rejected over amqp-ws');
+  await eventually(() => amqpHub.feedback('ws-later') === 'Success', 'completed over amqp-ws');
+  await device.close();
+});
+
 test('AMQP: complete, reject and abandon each settle their own message, with feedback', async () => {
   const cs = amqpHub.addDevice('a-settle');
   const device = await DeviceClient.connect(cs, amqpOptions(amqpHub, 'a-settle'));

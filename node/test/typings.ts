@@ -127,6 +127,7 @@ export async function typedIotHub(): Promise<void> {
   const hub: LocalIotHub = await LocalIotHub.start(2000, { maxDeliveryCount: 2 });
   const tlsHub: LocalIotHub = await LocalIotHub.start(undefined, { deviceTls: true });
   const amqpPort: number = hub.amqpPort;
+  const httpsPort: number = hub.httpsPort;
   const caPem: string | null = hub.caPem;
   const options: DeviceConnectOptions = {
     transport: 'amqp',
@@ -141,7 +142,7 @@ export async function typedIotHub(): Promise<void> {
     receiveBuffer: 8,
   };
   const mqtt: DeviceConnectOptions = { transport: 'mqtt' };
-  const later: DeviceConnectOptions = { transport: 'amqp-ws' }; // names the core adds later
+  const later: DeviceConnectOptions = { transport: 'amqp-ws', port: httpsPort };
   const device: DeviceClient = await DeviceClient.connect(hub.addDevice('d'), options);
   const msg: C2dMessage | null = await device.receive(1000);
   if (msg !== null) {

@@ -223,6 +223,33 @@ def test_amqp_complete_reject_abandon_with_feedback(
         assert (stats["acknowledged"], stats["rejected"], stats["abandoned"]) == (2, 1, 1)
 
 
+def test_amqp_over_websockets_rejects_and_abandons(
+    amqp_hub: LocalIotHub, tmp_path: pathlib.Path
+) -> None:
+    hub = amqp_hub
+    cs = hub.add_device("ws1")
+    options = amqp_options(hub, tmp_path) | {"transport": "amqp-ws", "port": hub.https_port}
+    with DeviceClient(cs, **options) as client:
+        hub.send("ws1", b"no", message_id="ws-bad", ack="full")
+        hub.send("ws1", b"later", message_id="ws-later", ack="full")
+        counts: list[int | None] = []
+        while len(counts) < 3:
+            msg = client.receive(timeout=WAIT)
+            assert msg is not None
+            if msg.message_id == "ws-bad":
+                msg.reject()
+                counts.append(msg.delivery_count)
+            elif msg.delivery_count == 0:
+                msg.abandon()
+                counts.append(0)
+            else:
+                msg.complete()
+                counts.append(msg.delivery_count)
+        assert sorted(c or 0 for c in counts) == [0, 0, 1]
+        eventually(lambda: hub.feedback("ws-bad") == "Rejected", "rejected over amqp-ws")
+        eventually(lambda: hub.feedback("ws-later") == "Success", "completed over amqp-ws")
+
+
 def test_amqp_abandon_past_the_max_delivery_count_dead_letters(
     amqp_hub: LocalIotHub, tmp_path: pathlib.Path
 ) -> None:

@@ -90,8 +90,9 @@ unsafe fn update(
     Ok(())
 }
 
-/// Sets the transport by name: `"mqtt"` (the default) or `"amqp"` (also reject and abandon;
-/// the port follows the transport, 8883 or 5671, unless set); NULL goes back to the default.
+/// Sets the transport by name: `"mqtt"` (the default), `"amqp"` (also reject and abandon) or
+/// `"amqp-ws"` (AMQP over WebSockets, port 443); the port follows the transport (8883, 5671,
+/// 443) unless set; NULL goes back to the default.
 /// A name the library does not know is `MQSTATE_INVALID_ARGUMENT` and changes nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mqstate_iothub_options_set_transport(

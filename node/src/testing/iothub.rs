@@ -140,6 +140,16 @@ impl LocalIotHub {
             .map_or(0, |a| u32::from(a.port()))
     }
 
+    /// The HTTPS port (TLS, trust `caPem`): IoT Hub's REST API and MQTT and AMQP over
+    /// WebSockets (`{ transport: 'amqp-ws', port: hub.httpsPort, caFile }`).
+    #[napi(getter)]
+    pub fn https_port(&self) -> u32 {
+        self.hub
+            .endpoints()
+            .https_endpoint
+            .map_or(0, |a| u32::from(a.port()))
+    }
+
     /// The PEM certificate the hub generated for its TLS endpoints (write it to a file for
     /// `caFile`), or null when it uses none.
     #[napi(getter)]

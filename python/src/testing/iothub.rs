@@ -93,6 +93,13 @@ impl LocalIotHub {
         self.amqp_port
     }
 
+    /// The HTTPS port (TLS on 127.0.0.1, trust [`LocalIotHub::ca_pem`]): IoT Hub's REST API and
+    /// MQTT and AMQP over WebSockets (`transport="amqp-ws"`).
+    #[getter]
+    fn https_port(&self) -> u16 {
+        self.hub.endpoints().https_endpoint.map_or(0, |a| a.port())
+    }
+
     /// The PEM certificate the hub generated for its TLS endpoints (write it to a file for
     /// `ca_file=`).
     #[getter]
