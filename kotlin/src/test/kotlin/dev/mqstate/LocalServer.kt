@@ -17,17 +17,24 @@ class LocalServer private constructor(
     /** With the hub: the port of its MQTT device endpoint, and the admin API's base URL. */
     val hubPort: Int? = null,
     val hubAdmin: String? = null,
+    /** With the hub: the port of its AMQP endpoint (devices and service, always TLS). */
+    val hubAmqpPort: Int? = null,
 ) : AutoCloseable {
     companion object {
         val repo: File = File(System.getProperty("mqstate.repo") ?: "..").canonicalFile
         val binary: String =
             System.getProperty("mqstate.bin")?.takeIf { it.isNotBlank() } ?: File(repo, "target/debug/mqstate").path
 
-        /** Starts a server; `port` 0 lets the server choose (the chosen one is read from its log). */
-        fun start(vararg extra: String, port: Int = 0, iothub: Boolean = false): LocalServer {
+        /**
+         * Starts a server; `port` 0 lets the server choose (the chosen one is read from its log).
+         * With `hubCaOut`, the hub writes its generated TLS certificate (AMQP, HTTPS, and the
+         * MQTT device endpoint with `--iothub-tls`) there, and this returns once it is written.
+         */
+        fun start(vararg extra: String, port: Int = 0, iothub: Boolean = false, hubCaOut: File? = null): LocalServer {
             val args = mutableListOf(binary, "serve", "--port", port.toString(), "--log", "info")
             if (!iothub) args += "--no-iothub"
             else args += listOf("--iothub-port", "0", "--iothub-admin-port", "0", "--iothub-https-port", "0", "--iothub-amqp-port", "0")
+            if (hubCaOut != null) args += listOf("--iothub-ca-out", hubCaOut.path)
             args += "--no-dashboard"
             args += extra
             val process = ProcessBuilder(args).redirectErrorStream(true).start()
@@ -48,13 +55,23 @@ class LocalServer private constructor(
                 val m = Regex("ready url=(mqtt://127\\.0\\.0\\.1:(\\d+))").find(line)
                 if (m != null) {
                     val hub = Regex("IoT Hub ready devices=127\\.0\\.0\\.1:(\\d+) .*admin=(127\\.0\\.0\\.1:\\d+)").find(seen)
-                    if (iothub && hub == null) {
+                    val amqp = Regex("IoT Hub ready .*amqp=127\\.0\\.0\\.1:(\\d+)").find(seen)
+                    if (iothub && (hub == null || amqp == null)) {
                         process.destroyForcibly()
                         error("mqstate serve did not report its IoT Hub ports:\n$seen")
+                    }
+                    // The certificate is written after the ready line.
+                    while (hubCaOut != null && !(hubCaOut.isFile && hubCaOut.readText().contains("END CERTIFICATE"))) {
+                        if (System.nanoTime() > deadline || !process.isAlive) {
+                            process.destroyForcibly()
+                            error("mqstate serve did not write $hubCaOut:\n$seen")
+                        }
+                        Thread.sleep(20)
                     }
                     return LocalServer(
                         process, m.groupValues[1], m.groupValues[2].toInt(),
                         hub?.groupValues?.get(1)?.toInt(), hub?.groupValues?.get(2)?.let { "http://$it" },
+                        amqp?.groupValues?.get(1)?.toInt(),
                     )
                 }
             }
