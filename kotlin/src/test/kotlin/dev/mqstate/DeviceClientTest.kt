@@ -9,10 +9,6 @@ import java.util.Base64
 import java.util.concurrent.TimeUnit
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
-import kotlinx.serialization.json.Json
-import kotlinx.serialization.json.jsonArray
-import kotlinx.serialization.json.jsonObject
-import kotlinx.serialization.json.jsonPrimitive
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
@@ -32,26 +28,6 @@ class DeviceClientTest {
     /** Options for the hub's AMQP endpoint (always TLS, with the certificate the hub generated). */
     private fun amqp(server: LocalServer, ca: File) =
         DeviceOptions(host = "127.0.0.1", port = server.hubAmqpPort!!.toUShort(), caFile = ca.path, transport = "amqp")
-
-    /**
-     * The feedback status of each message id in `ids`, from `mqstate iothub feedback --once`
-     * (one batch a call, completed by the CLI) until every id has one.
-     */
-    private fun feedback(server: LocalServer, vararg ids: String): Map<String, String> {
-        val seen = mutableMapOf<String, String>()
-        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
-        while (!seen.keys.containsAll(ids.toList())) {
-            assertTrue(System.nanoTime() < deadline, "feedback for ${ids.toList()}, got $seen")
-            val out = server.cli("iothub", "feedback", "--url", server.hubAdmin!!, "--once", "--wait", "10s")
-            for (line in out.lines().filter { it.startsWith("{") }) {
-                for (r in Json.parseToJsonElement(line).jsonObject["records"]!!.jsonArray) {
-                    val id = r.jsonObject["originalMessageId"]?.jsonPrimitive?.content ?: continue
-                    seen[id] = r.jsonObject["statusCode"]!!.jsonPrimitive.content
-                }
-            }
-        }
-        return seen
-    }
 
     private fun send(server: LocalServer, device: String, body: String, id: String, ack: String = "full") {
         server.cli("iothub", "send", "--url", server.hubAdmin!!, device, body, "--message-id", id, "--ack", ack)
@@ -109,7 +85,7 @@ class DeviceClientTest {
                 assertTrue("abandon is not supported over MQTT" in abandon.describe(), abandon.describe())
                 // Untouched by either: completing it is the hub's Success.
                 msg.complete()
-                assertEquals(mapOf("m1" to "Success"), feedback(server, "m1"))
+                assertEquals(mapOf("m1" to "Success"), server.hubFeedback("m1"))
                 val stats = device.stats()
                 assertEquals(Triple(1uL, 0uL, 0uL), Triple(stats.acknowledged, stats.rejected, stats.abandoned))
             } finally {
@@ -150,7 +126,7 @@ class DeviceClientTest {
                     seen.sortedBy { listOf("ok", "bad", "later").indexOf(it.first) * 10 + (it.second?.toInt() ?: 9) },
                     "every message once, and the abandoned one again with delivery count 1: $seen",
                 )
-                assertEquals(mapOf("ok" to "Success", "bad" to "Rejected", "later" to "Success"), feedback(server, "ok", "bad", "later"))
+                assertEquals(mapOf("ok" to "Success", "bad" to "Rejected", "later" to "Success"), server.hubFeedback("ok", "bad", "later"))
                 val stats = device.stats()
                 assertEquals(Triple(2uL, 1uL, 1uL), Triple(stats.acknowledged, stats.rejected, stats.abandoned))
             } finally {
@@ -179,7 +155,7 @@ class DeviceClientTest {
                     assertTrue(e.describe().startsWith("lock lost: "), e.describe())
                 }
                 again.complete()
-                assertEquals(mapOf("kept" to "Success"), feedback(server, "kept"))
+                assertEquals(mapOf("kept" to "Success"), server.hubFeedback("kept"))
                 assertTrue(device.stats().staleCompletions >= 3uL, "${device.stats()}")
             } finally {
                 device.disconnect()

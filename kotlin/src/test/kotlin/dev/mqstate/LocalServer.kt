@@ -5,6 +5,11 @@ import java.net.ServerSocket
 import java.nio.file.Files
 import java.util.concurrent.LinkedBlockingQueue
 import java.util.concurrent.TimeUnit
+import kotlinx.serialization.json.Json
+import kotlinx.serialization.json.contentOrNull
+import kotlinx.serialization.json.jsonArray
+import kotlinx.serialization.json.jsonObject
+import kotlinx.serialization.json.jsonPrimitive
 
 /**
  * A real `mqstate serve` (target/debug/mqstate, or the `mqstate.bin` system property) on a free
@@ -91,6 +96,27 @@ class LocalServer private constructor(
         val out = p.inputStream.bufferedReader().readText()
         check(p.waitFor(60, TimeUnit.SECONDS) && p.exitValue() == 0) { "mqstate ${args.joinToString(" ")} failed: $out" }
         return out
+    }
+
+    /**
+     * The hub's feedback status (`Success`, `Rejected`, ...) of each message id in `ids`, from
+     * `mqstate iothub feedback --once` (one batch a call, completed by the CLI) until every id
+     * has one (start the server with a short `--iothub-feedback-interval`).
+     */
+    fun hubFeedback(vararg ids: String): Map<String, String> {
+        val seen = mutableMapOf<String, String>()
+        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
+        while (!seen.keys.containsAll(ids.toList())) {
+            check(System.nanoTime() < deadline) { "no feedback for every one of ${ids.toList()}: $seen" }
+            val out = cli("iothub", "feedback", "--url", hubAdmin!!, "--once", "--wait", "10s")
+            for (line in out.lines().filter { it.startsWith("{") }) {
+                for (r in Json.parseToJsonElement(line).jsonObject["records"]!!.jsonArray) {
+                    val id = r.jsonObject["originalMessageId"]?.jsonPrimitive?.contentOrNull ?: continue
+                    seen[id] = r.jsonObject["statusCode"]!!.jsonPrimitive.content
+                }
+            }
+        }
+        return seen
     }
 
     /** Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it. */
