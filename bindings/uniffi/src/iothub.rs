@@ -17,7 +17,8 @@ pub struct DeviceOptions {
     /// Connect to this host instead of the connection string's `HostName` (a local hub).
     #[uniffi(default)]
     pub host: Option<String>,
-    /// Port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+    /// Port (default: the transport's, 8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+    /// WebSockets).
     #[uniffi(default)]
     pub port: Option<u16>,
     /// False for plain TCP (the local hub's test port); default true.
@@ -32,7 +33,8 @@ pub struct DeviceOptions {
     /// Messages received and not settled before the client stops reading (default: the core's).
     #[uniffi(default)]
     pub receive_buffer: Option<u32>,
-    /// `"mqtt"` (the default) or `"amqp"`: the names the core parses.
+    /// `"mqtt"` (the default), `"amqp"` or `"amqp-ws"` (AMQP over WebSockets, port 443): the
+    /// names the core parses.
     #[uniffi(default)]
     pub transport: Option<String>,
     /// PEM certificate (chain) of an X.509 device (its connection string says `x509=true`).

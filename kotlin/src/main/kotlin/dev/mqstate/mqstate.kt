@@ -6862,7 +6862,8 @@ data class DeviceOptions (
     var `host`: kotlin.String? = null 
     , 
     /**
-     * Port (default: the transport's, 8883 for MQTT, 5671 for AMQP).
+     * Port (default: the transport's, 8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+     * WebSockets).
      */
     var `port`: kotlin.UShort? = null 
     , 
@@ -6887,7 +6888,8 @@ data class DeviceOptions (
     var `receiveBuffer`: kotlin.UInt? = null 
     , 
     /**
-     * `"mqtt"` (the default) or `"amqp"`: the names the core parses.
+     * `"mqtt"` (the default), `"amqp"` or `"amqp-ws"` (AMQP over WebSockets, port 443): the
+     * names the core parses.
      */
     var `transport`: kotlin.String? = null 
     , 

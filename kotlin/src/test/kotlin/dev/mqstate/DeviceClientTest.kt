@@ -179,10 +179,10 @@ class DeviceClientTest {
     }
 
     @Test
-    fun `an X509 device receives with its certificate and another certificate is refused`() = runBlocking<Unit> {
+    fun `an X509 device receives with its certificate over MQTT and AMQP and another certificate is refused`() = runBlocking<Unit> {
         val dir = LocalServer.tempDir()
         val ca = File(dir, "hub.pem")
-        LocalServer.start("--iothub-tls", iothub = true, hubCaOut = ca).use { server ->
+        LocalServer.start("--iothub-tls", *quickFeedback, iothub = true, hubCaOut = ca).use { server ->
             val (cert, certKey, thumbprint) = selfSigned(dir, "x1")
             server.cli("iothub", "device", "add", "--url", server.hubAdmin!!, "x1", "--x509-thumbprint", thumbprint)
             val x509 = "HostName=localhost;DeviceId=x1;x509=true"
@@ -196,6 +196,18 @@ class DeviceClientTest {
                 msg.complete()
             } finally {
                 device.disconnect()
+            }
+            // Over AMQP the certificate goes in the TLS handshake too, and the device can reject.
+            val amqp = options.copy(transport = "amqp", port = server.hubAmqpPort!!.toUShort(), certFile = cert.path, keyFile = certKey.path)
+            val amqpDevice = DeviceClient.connect(x509, amqp)
+            try {
+                send(server, "x1", "reject me", "c2")
+                val msg = withTimeout(30_000) { amqpDevice.receive() }
+                assertEquals(0u, msg.deliveryCount())
+                msg.reject()
+                assertEquals(mapOf("c1" to "Success", "c2" to "Rejected"), server.hubFeedback("c1", "c2"))
+            } finally {
+                amqpDevice.disconnect()
             }
             // A certificate that is not the device's: refused, as IoT Hub refuses it.
             val (other, otherKey, _) = selfSigned(dir, "other")

@@ -32,8 +32,6 @@ class IotHubDeviceExampleTest {
             )
             try {
                 withTimeout(30_000) { settle(device, 3) }
-                // Checked before disconnecting: a settlement is sent by the connection's task after
-                // the call returns, and a disconnect right after it may come first.
                 assertEquals(mapOf("ok" to "Success", "bad" to "Rejected", "later" to "Success"), server.hubFeedback("ok", "bad", "later"))
             } finally {
                 device.disconnect()
