@@ -163,6 +163,27 @@ class DeviceClientTest {
         }
     }
 
+    @Test
+    fun `over AMQP on WebSockets (amqp-ws) a message is abandoned then completed`() = runBlocking<Unit> {
+        val ca = File(LocalServer.tempDir(), "hub.pem")
+        LocalServer.start("--iothub-device", "dev1:$key", *quickFeedback, iothub = true, hubCaOut = ca).use { server ->
+            val ws = DeviceOptions(transport = "amqp-ws", host = "127.0.0.1", port = server.hubHttpsPort!!.toUShort(), caFile = ca.path)
+            val device = DeviceClient.connect(cs, ws)
+            try {
+                send(server, "dev1", "over ws", "w1")
+                val first = withTimeout(30_000) { device.receive() }
+                assertEquals(0u, first.deliveryCount())
+                first.abandon()
+                val again = withTimeout(30_000) { device.receive() }
+                assertEquals("w1" to 1u, again.messageId() to again.deliveryCount())
+                again.complete()
+                assertEquals(mapOf("w1" to "Success"), server.hubFeedback("w1"))
+            } finally {
+                device.disconnect()
+            }
+        }
+    }
+
     /** A self-signed certificate for `cn` made with the openssl CLI: (cert, key, SHA-256 thumbprint hex). */
     private fun selfSigned(dir: File, cn: String): Triple<File, File, String> {
         val cert = File(dir, "$cn.pem")
@@ -235,6 +256,9 @@ class DeviceClientTest {
         refused("for X.509 devices", cs, here.copy(certFile = "x1.pem", keyFile = "x1.key"))
         refused("TLS is turned off", cs, here.copy(tls = false, caFile = "ca.pem"))
         refused("unknown transport \"http\"", cs, here.copy(transport = "http"))
+        assertThrows<MqstateException.InvalidArgument>("amqp-ws is TLS only") {
+            runBlocking { DeviceClient.connect(cs, here.copy(transport = "amqp-ws", tls = false)) }
+        }
         refused("keep-alive", cs, here.copy(keepAlive = Duration.ofSeconds(2)))
         refused("token lifetime", cs, here.copy(tokenLifetime = Duration.ofSeconds(1)))
         refused("receive buffer", cs, here.copy(receiveBuffer = 0u))

@@ -24,6 +24,8 @@ class LocalServer private constructor(
     val hubAdmin: String? = null,
     /** With the hub: the port of its AMQP endpoint (devices and service, always TLS). */
     val hubAmqpPort: Int? = null,
+    /** With the hub: its HTTPS port (REST registry, and MQTT and AMQP over WebSockets). */
+    val hubHttpsPort: Int? = null,
 ) : AutoCloseable {
     companion object {
         val repo: File = File(System.getProperty("mqstate.repo") ?: "..").canonicalFile
@@ -61,7 +63,8 @@ class LocalServer private constructor(
                 if (m != null) {
                     val hub = Regex("IoT Hub ready devices=127\\.0\\.0\\.1:(\\d+) .*admin=(127\\.0\\.0\\.1:\\d+)").find(seen)
                     val amqp = Regex("IoT Hub ready .*amqp=127\\.0\\.0\\.1:(\\d+)").find(seen)
-                    if (iothub && (hub == null || amqp == null)) {
+                    val https = Regex("IoT Hub ready .*https=127\\.0\\.0\\.1:(\\d+)").find(seen)
+                    if (iothub && (hub == null || amqp == null || https == null)) {
                         process.destroyForcibly()
                         error("mqstate serve did not report its IoT Hub ports:\n$seen")
                     }
@@ -76,7 +79,7 @@ class LocalServer private constructor(
                     return LocalServer(
                         process, m.groupValues[1], m.groupValues[2].toInt(),
                         hub?.groupValues?.get(1)?.toInt(), hub?.groupValues?.get(2)?.let { "http://$it" },
-                        amqp?.groupValues?.get(1)?.toInt(),
+                        amqp?.groupValues?.get(1)?.toInt(), https?.groupValues?.get(1)?.toInt(),
                     )
                 }
             }
