@@ -75,6 +75,13 @@ pub enum MqstateError {
         /// What happened.
         reason: String,
     },
+    /// A cloud-to-device message was settled after its lock was lost (its connection or link
+    /// dropped, or the hub delivered it again): the hub delivers it again; settle that copy.
+    #[error("{reason}")]
+    LockLost {
+        /// What happened.
+        reason: String,
+    },
 }
 
 impl From<Error> for MqstateError {
@@ -96,6 +103,7 @@ impl From<Error> for MqstateError {
             ErrorKind::Lagged => MqstateError::Lagged { reason },
             ErrorKind::Authentication => MqstateError::Authentication { reason },
             ErrorKind::NotSupported => MqstateError::NotSupported { reason },
+            ErrorKind::LockLost => MqstateError::LockLost { reason },
             // `Connection`, and any kind a newer core adds before this crate maps it.
             _ => MqstateError::Connection { reason },
         }
@@ -117,6 +125,7 @@ impl MqstateError {
             MqstateError::Lagged { .. } => ErrorKind::Lagged,
             MqstateError::Authentication { .. } => ErrorKind::Authentication,
             MqstateError::NotSupported { .. } => ErrorKind::NotSupported,
+            MqstateError::LockLost { .. } => ErrorKind::LockLost,
         };
         kind.as_str().to_owned()
     }
@@ -161,6 +170,10 @@ mod tests {
             }
             other => panic!("not a service error: {other:?}"),
         }
+        let lost = MqstateError::from(Error::LockLost("m".into()));
+        assert!(matches!(lost, MqstateError::LockLost { .. }), "{lost:?}");
+        assert_eq!(lost.kind(), "lock_lost");
+        assert_eq!(lost.describe(), "lock lost: m");
         let invalid = MqstateError::from(Error::InvalidArgument("x".into()));
         assert_eq!(invalid.kind(), "invalid_argument");
         assert_eq!(invalid.describe(), "invalid argument: x");

@@ -9,13 +9,16 @@ use mqstate::iothub as core;
 use crate::errors::MqstateError;
 use crate::runtime::run;
 
-/// How to reach the hub beyond the connection string (every field optional).
+/// The settings laid over the connection string, every field optional (null: not given, the
+/// connection string's or the core's default holds). The core merges and checks them
+/// (`mqstate::iothub::DeviceSettings`): the same rules and messages as in every language.
 #[derive(Debug, Clone, Default, uniffi::Record)]
 pub struct DeviceOptions {
     /// Connect to this host instead of the connection string's `HostName` (a local hub).
     #[uniffi(default)]
     pub host: Option<String>,
-    /// Port (default 8883).
+    /// Port (default: the transport's, 8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+    /// WebSockets).
     #[uniffi(default)]
     pub port: Option<u16>,
     /// False for plain TCP (the local hub's test port); default true.
@@ -24,12 +27,57 @@ pub struct DeviceOptions {
     /// PEM file with the CA certificate(s) of the hub.
     #[uniffi(default)]
     pub ca_file: Option<String>,
-    /// How long each SAS token is valid; the client reconnects with a new one before expiry.
+    /// How long each SAS token is valid; the client renews it before expiry.
     #[uniffi(default)]
     pub token_lifetime: Option<Duration>,
-    /// Messages buffered before the hub is told to wait (default: the core's).
+    /// Messages received and not settled before the client stops reading (default: the core's).
     #[uniffi(default)]
     pub receive_buffer: Option<u32>,
+    /// `"mqtt"` (the default), `"amqp"` or `"amqp-ws"` (AMQP over WebSockets, port 443): the
+    /// names the core parses.
+    #[uniffi(default)]
+    pub transport: Option<String>,
+    /// PEM certificate (chain) of an X.509 device (its connection string says `x509=true`).
+    #[uniffi(default)]
+    pub cert_file: Option<String>,
+    /// PEM private key of `cert_file`.
+    #[uniffi(default)]
+    pub key_file: Option<String>,
+    /// MQTT keep-alive, or the AMQP idle timeout (default 60 s).
+    #[uniffi(default)]
+    pub keep_alive: Option<Duration>,
+    /// How long a connection attempt may take (default 30 s).
+    #[uniffi(default)]
+    pub connect_timeout: Option<Duration>,
+    /// How long sending an event waits for the hub (default 30 s).
+    #[uniffi(default)]
+    pub operation_timeout: Option<Duration>,
+}
+
+impl DeviceOptions {
+    /// The core's options: these fields over `connection_string`, merged and checked by the
+    /// core ([`core::DeviceSettings::resolve`]); this only converts types.
+    fn resolve(self, connection_string: String) -> Result<core::DeviceOptions, mqstate::Error> {
+        let mut s = core::DeviceSettings::new(connection_string);
+        s.transport = self
+            .transport
+            .map(|t| t.parse::<core::Transport>())
+            .transpose()?;
+        s.host = self.host;
+        s.port = self.port;
+        s.tls = self.tls;
+        s.ca_file = self.ca_file.map(Into::into);
+        s.cert_file = self.cert_file.map(Into::into);
+        s.key_file = self.key_file.map(Into::into);
+        s.token_lifetime = self.token_lifetime;
+        s.keep_alive = self.keep_alive;
+        s.connect_timeout = self.connect_timeout;
+        s.operation_timeout = self.operation_timeout;
+        s.receive_buffer = self
+            .receive_buffer
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        s.resolve()
+    }
 }
 
 /// An application property: a name and a value (null for a name without a value).
@@ -70,9 +118,14 @@ pub struct DeviceStats {
     pub received: u64,
     /// Of those, redeliveries.
     pub redelivered: u64,
-    /// PUBACKs sent.
+    /// Completions sent: PUBACKs (MQTT) or accepted dispositions (AMQP).
     pub acknowledged: u64,
-    /// Completions that came after their connection was gone.
+    /// Rejections sent (AMQP only).
+    pub rejected: u64,
+    /// Abandons sent (AMQP only).
+    pub abandoned: u64,
+    /// Settlements that came too late (`LockLost`): their connection was gone, or the hub
+    /// had delivered the message again.
     pub stale_completions: u64,
     /// Connections made (the first included).
     pub connections: u64,
@@ -82,7 +135,8 @@ pub struct DeviceStats {
     pub malformed: u64,
 }
 
-/// A cloud-to-device message; `complete()` acknowledges it (otherwise it is redelivered).
+/// A cloud-to-device message, settled once: `complete()`, or over AMQP `reject()` or
+/// `abandon()` (otherwise it is delivered again).
 #[derive(Debug, uniffi::Object)]
 pub struct C2dMessage {
     inner: core::C2dMessage,
@@ -133,21 +187,30 @@ impl C2dMessage {
     pub fn is_redelivery(&self) -> bool {
         self.inner.is_redelivery()
     }
-    /// Acknowledges the message (in arrival order, as the hub requires).
+    /// Over AMQP, how many times the hub delivered this message before (0 the first time, one
+    /// more after each abandon or lost lock); null over MQTT, which does not carry it.
+    pub fn delivery_count(&self) -> Option<u32> {
+        self.inner.delivery_count()
+    }
+    /// Completes the message (over MQTT its PUBACK goes in arrival order, as the hub
+    /// requires). `LockLost` when the connection it arrived on is gone (the hub delivers it
+    /// again), `InvalidArgument` when it was already settled.
     pub fn complete(&self) -> Result<(), MqstateError> {
         Ok(self.inner.complete()?)
     }
-    /// Not available over MQTT: always `NotSupported` (the core's rule).
+    /// Rejects the message (AMQP): the hub dead-letters it (`Rejected` feedback). Over MQTT
+    /// always `NotSupported`, and the message stays to be completed.
     pub fn reject(&self) -> Result<(), MqstateError> {
         Ok(self.inner.reject()?)
     }
-    /// Not available over MQTT: always `NotSupported` (the core's rule).
+    /// Abandons the message (AMQP): the hub delivers it again, its delivery count one
+    /// higher. Over MQTT always `NotSupported`, and the message stays to be completed.
     pub fn abandon(&self) -> Result<(), MqstateError> {
         Ok(self.inner.abandon()?)
     }
 }
 
-/// An IoT Hub device client (MQTT).
+/// An IoT Hub device client, over MQTT (the default) or AMQP (`DeviceOptions.transport`).
 #[derive(Debug, uniffi::Object)]
 pub struct DeviceClient {
     inner: core::DeviceClient,
@@ -155,31 +218,15 @@ pub struct DeviceClient {
 
 #[uniffi::export]
 impl DeviceClient {
-    /// Connects with a device connection string (`HostName=...;DeviceId=...;SharedAccessKey=...`).
+    /// Connects with a device connection string (`HostName=...;DeviceId=...;SharedAccessKey=...`,
+    /// or `x509=true` with `certFile` and `keyFile`); a mistake in the options is
+    /// `InvalidArgument` with the core's message, before any connection is tried.
     #[uniffi::constructor(default(options = None))]
     pub async fn connect(
         connection_string: String,
         options: Option<DeviceOptions>,
     ) -> Result<Arc<DeviceClient>, MqstateError> {
-        let o = options.unwrap_or_default();
-        let mut options = core::DeviceOptions::from_connection_string(&connection_string)?;
-        if let Some(h) = o.host {
-            options.connect_host = Some(h);
-        }
-        if let Some(p) = o.port {
-            options.port = p;
-        }
-        if o.tls == Some(false) {
-            options.tls = None;
-        } else if let Some(ca) = o.ca_file {
-            options.tls = Some(options.tls.take().unwrap_or_default().with_ca_file(ca));
-        }
-        if let Some(t) = o.token_lifetime {
-            options.token_lifetime = t;
-        }
-        if let Some(n) = o.receive_buffer {
-            options.receive_buffer = usize::try_from(n).unwrap_or(usize::MAX);
-        }
+        let options = options.unwrap_or_default().resolve(connection_string)?;
         let inner = run(core::DeviceClient::connect(options)).await?;
         Ok(Arc::new(DeviceClient { inner }))
     }
@@ -232,6 +279,8 @@ impl DeviceClient {
             received: s.received,
             redelivered: s.redelivered,
             acknowledged: s.acknowledged,
+            rejected: s.rejected,
+            abandoned: s.abandoned,
             stale_completions: s.stale_completions,
             connections: s.connections,
             token_renewals: s.token_renewals,

@@ -746,6 +746,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_c2dmessage_correlation_id(
     ): Int
+    external fun uniffi_mqstate_uniffi_checksum_method_c2dmessage_delivery_count(
+    ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_c2dmessage_expiry_time(
     ): Int
     external fun uniffi_mqstate_uniffi_checksum_method_c2dmessage_is_redelivery(
@@ -914,6 +916,8 @@ internal object UniffiLib {
     external fun uniffi_mqstate_uniffi_fn_method_c2dmessage_content_type(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_method_c2dmessage_correlation_id(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_mqstate_uniffi_fn_method_c2dmessage_delivery_count(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_mqstate_uniffi_fn_method_c2dmessage_expiry_time(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -1238,10 +1242,10 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_client_vdel() and 0xFFFF) != 37449) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_abandon() and 0xFFFF) != 4291) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_abandon() and 0xFFFF) != 40278) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_complete() and 0xFFFF) != 46068) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_complete() and 0xFFFF) != 24272) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_content_encoding() and 0xFFFF) != 38133) {
@@ -1251,6 +1255,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_correlation_id() and 0xFFFF) != 35022) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_delivery_count() and 0xFFFF) != 43727) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_expiry_time() and 0xFFFF) != 6854) {
@@ -1268,7 +1275,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_properties() and 0xFFFF) != 16069) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_reject() and 0xFFFF) != 53889) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_reject() and 0xFFFF) != 37946) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_method_c2dmessage_topic() and 0xFFFF) != 21808) {
@@ -1394,7 +1401,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_mqstate_uniffi_checksum_constructor_client_from_env() and 0xFFFF) != 4866) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_mqstate_uniffi_checksum_constructor_deviceclient_connect() and 0xFFFF) != 60521) {
+    if ((lib.uniffi_mqstate_uniffi_checksum_constructor_deviceclient_connect() and 0xFFFF) != 15030) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_mqstate_uniffi_checksum_constructor_leaderelection_new() and 0xFFFF) != 11377) {
@@ -1993,17 +2000,21 @@ public object FfiConverterDuration: FfiConverterRustBuffer<java.time.Duration> {
 
 
 /**
- * A cloud-to-device message; `complete()` acknowledges it (otherwise it is redelivered).
+ * A cloud-to-device message, settled once: `complete()`, or over AMQP `reject()` or
+ * `abandon()` (otherwise it is delivered again).
  */
 public interface C2dMessageInterface {
     
     /**
-     * Not available over MQTT: always `NotSupported` (the core's rule).
+     * Abandons the message (AMQP): the hub delivers it again, its delivery count one
+     * higher. Over MQTT always `NotSupported`, and the message stays to be completed.
      */
     fun `abandon`()
     
     /**
-     * Acknowledges the message (in arrival order, as the hub requires).
+     * Completes the message (over MQTT its PUBACK goes in arrival order, as the hub
+     * requires). `LockLost` when the connection it arrived on is gone (the hub delivers it
+     * again), `InvalidArgument` when it was already settled.
      */
     fun `complete`()
     
@@ -2021,6 +2032,12 @@ public interface C2dMessageInterface {
      * `$.cid`.
      */
     fun `correlationId`(): kotlin.String?
+    
+    /**
+     * Over AMQP, how many times the hub delivered this message before (0 the first time, one
+     * more after each abandon or lost lock); null over MQTT, which does not carry it.
+     */
+    fun `deliveryCount`(): kotlin.UInt?
     
     /**
      * `$.exp`.
@@ -2048,7 +2065,8 @@ public interface C2dMessageInterface {
     fun `properties`(): List<Property>
     
     /**
-     * Not available over MQTT: always `NotSupported` (the core's rule).
+     * Rejects the message (AMQP): the hub dead-letters it (`Rejected` feedback). Over MQTT
+     * always `NotSupported`, and the message stays to be completed.
      */
     fun `reject`()
     
@@ -2061,7 +2079,8 @@ public interface C2dMessageInterface {
 }
 
 /**
- * A cloud-to-device message; `complete()` acknowledges it (otherwise it is redelivered).
+ * A cloud-to-device message, settled once: `complete()`, or over AMQP `reject()` or
+ * `abandon()` (otherwise it is delivered again).
  */
 open class C2dMessage: Disposable, AutoCloseable, C2dMessageInterface
 {
@@ -2166,7 +2185,8 @@ open class C2dMessage: Disposable, AutoCloseable, C2dMessageInterface
 
     
     /**
-     * Not available over MQTT: always `NotSupported` (the core's rule).
+     * Abandons the message (AMQP): the hub delivers it again, its delivery count one
+     * higher. Over MQTT always `NotSupported`, and the message stays to be completed.
      */
     @Throws(MqstateException::class)override fun `abandon`()
         = 
@@ -2182,7 +2202,9 @@ open class C2dMessage: Disposable, AutoCloseable, C2dMessageInterface
 
     
     /**
-     * Acknowledges the message (in arrival order, as the hub requires).
+     * Completes the message (over MQTT its PUBACK goes in arrival order, as the hub
+     * requires). `LockLost` when the connection it arrived on is gone (the hub delivers it
+     * again), `InvalidArgument` when it was already settled.
      */
     @Throws(MqstateException::class)override fun `complete`()
         = 
@@ -2236,6 +2258,23 @@ open class C2dMessage: Disposable, AutoCloseable, C2dMessageInterface
     callWithHandle {
     uniffiRustCall() { _status ->
     UniffiLib.uniffi_mqstate_uniffi_fn_method_c2dmessage_correlation_id(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Over AMQP, how many times the hub delivered this message before (0 the first time, one
+     * more after each abandon or lost lock); null over MQTT, which does not carry it.
+     */override fun `deliveryCount`(): kotlin.UInt? {
+            return FfiConverterOptionalUInt.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_mqstate_uniffi_fn_method_c2dmessage_delivery_count(
         it,
         _status)
 }
@@ -2326,7 +2365,8 @@ open class C2dMessage: Disposable, AutoCloseable, C2dMessageInterface
 
     
     /**
-     * Not available over MQTT: always `NotSupported` (the core's rule).
+     * Rejects the message (AMQP): the hub dead-letters it (`Rejected` feedback). Over MQTT
+     * always `NotSupported`, and the message stays to be completed.
      */
     @Throws(MqstateException::class)override fun `reject`()
         = 
@@ -3109,7 +3149,7 @@ public object FfiConverterTypeClient: FfiConverter<Client, Long> {
 
 
 /**
- * An IoT Hub device client (MQTT).
+ * An IoT Hub device client, over MQTT (the default) or AMQP (`DeviceOptions.transport`).
  */
 public interface DeviceClientInterface {
     
@@ -3152,7 +3192,7 @@ public interface DeviceClientInterface {
 }
 
 /**
- * An IoT Hub device client (MQTT).
+ * An IoT Hub device client, over MQTT (the default) or AMQP (`DeviceOptions.transport`).
  */
 open class DeviceClient: Disposable, AutoCloseable, DeviceClientInterface
 {
@@ -3404,7 +3444,9 @@ open class DeviceClient: Disposable, AutoCloseable, DeviceClientInterface
     companion object {
         
     /**
-     * Connects with a device connection string (`HostName=...;DeviceId=...;SharedAccessKey=...`).
+     * Connects with a device connection string (`HostName=...;DeviceId=...;SharedAccessKey=...`,
+     * or `x509=true` with `certFile` and `keyFile`); a mistake in the options is
+     * `InvalidArgument` with the core's message, before any connection is tried.
      */
     @Throws(MqstateException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
@@ -6809,7 +6851,9 @@ public object FfiConverterTypeConnectOptions: FfiConverterRustBuffer<ConnectOpti
 
 
 /**
- * How to reach the hub beyond the connection string (every field optional).
+ * The settings laid over the connection string, every field optional (null: not given, the
+ * connection string's or the core's default holds). The core merges and checks them
+ * (`mqstate::iothub::DeviceSettings`): the same rules and messages as in every language.
  */
 data class DeviceOptions (
     /**
@@ -6818,7 +6862,8 @@ data class DeviceOptions (
     var `host`: kotlin.String? = null 
     , 
     /**
-     * Port (default 8883).
+     * Port (default: the transport's, 8883 for MQTT, 5671 for AMQP, 443 for AMQP over
+     * WebSockets).
      */
     var `port`: kotlin.UShort? = null 
     , 
@@ -6833,14 +6878,45 @@ data class DeviceOptions (
     var `caFile`: kotlin.String? = null 
     , 
     /**
-     * How long each SAS token is valid; the client reconnects with a new one before expiry.
+     * How long each SAS token is valid; the client renews it before expiry.
      */
     var `tokenLifetime`: java.time.Duration? = null 
     , 
     /**
-     * Messages buffered before the hub is told to wait (default: the core's).
+     * Messages received and not settled before the client stops reading (default: the core's).
      */
     var `receiveBuffer`: kotlin.UInt? = null 
+    , 
+    /**
+     * `"mqtt"` (the default), `"amqp"` or `"amqp-ws"` (AMQP over WebSockets, port 443): the
+     * names the core parses.
+     */
+    var `transport`: kotlin.String? = null 
+    , 
+    /**
+     * PEM certificate (chain) of an X.509 device (its connection string says `x509=true`).
+     */
+    var `certFile`: kotlin.String? = null 
+    , 
+    /**
+     * PEM private key of `cert_file`.
+     */
+    var `keyFile`: kotlin.String? = null 
+    , 
+    /**
+     * MQTT keep-alive, or the AMQP idle timeout (default 60 s).
+     */
+    var `keepAlive`: java.time.Duration? = null 
+    , 
+    /**
+     * How long a connection attempt may take (default 30 s).
+     */
+    var `connectTimeout`: java.time.Duration? = null 
+    , 
+    /**
+     * How long sending an event waits for the hub (default 30 s).
+     */
+    var `operationTimeout`: java.time.Duration? = null 
     
 ){
     
@@ -6863,6 +6939,12 @@ public object FfiConverterTypeDeviceOptions: FfiConverterRustBuffer<DeviceOption
             FfiConverterOptionalString.read(buf),
             FfiConverterOptionalDuration.read(buf),
             FfiConverterOptionalUInt.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterOptionalDuration.read(buf),
+            FfiConverterOptionalDuration.read(buf),
+            FfiConverterOptionalDuration.read(buf),
         )
     }
 
@@ -6872,7 +6954,13 @@ public object FfiConverterTypeDeviceOptions: FfiConverterRustBuffer<DeviceOption
             FfiConverterOptionalBoolean.allocationSize(value.`tls`) +
             FfiConverterOptionalString.allocationSize(value.`caFile`) +
             FfiConverterOptionalDuration.allocationSize(value.`tokenLifetime`) +
-            FfiConverterOptionalUInt.allocationSize(value.`receiveBuffer`)
+            FfiConverterOptionalUInt.allocationSize(value.`receiveBuffer`) +
+            FfiConverterOptionalString.allocationSize(value.`transport`) +
+            FfiConverterOptionalString.allocationSize(value.`certFile`) +
+            FfiConverterOptionalString.allocationSize(value.`keyFile`) +
+            FfiConverterOptionalDuration.allocationSize(value.`keepAlive`) +
+            FfiConverterOptionalDuration.allocationSize(value.`connectTimeout`) +
+            FfiConverterOptionalDuration.allocationSize(value.`operationTimeout`)
     )
 
     override fun write(value: DeviceOptions, buf: ByteBuffer) {
@@ -6882,6 +6970,12 @@ public object FfiConverterTypeDeviceOptions: FfiConverterRustBuffer<DeviceOption
             FfiConverterOptionalString.write(value.`caFile`, buf)
             FfiConverterOptionalDuration.write(value.`tokenLifetime`, buf)
             FfiConverterOptionalUInt.write(value.`receiveBuffer`, buf)
+            FfiConverterOptionalString.write(value.`transport`, buf)
+            FfiConverterOptionalString.write(value.`certFile`, buf)
+            FfiConverterOptionalString.write(value.`keyFile`, buf)
+            FfiConverterOptionalDuration.write(value.`keepAlive`, buf)
+            FfiConverterOptionalDuration.write(value.`connectTimeout`, buf)
+            FfiConverterOptionalDuration.write(value.`operationTimeout`, buf)
     }
 }
 
@@ -6902,12 +6996,23 @@ data class DeviceStats (
     var `redelivered`: kotlin.ULong
     , 
     /**
-     * PUBACKs sent.
+     * Completions sent: PUBACKs (MQTT) or accepted dispositions (AMQP).
      */
     var `acknowledged`: kotlin.ULong
     , 
     /**
-     * Completions that came after their connection was gone.
+     * Rejections sent (AMQP only).
+     */
+    var `rejected`: kotlin.ULong
+    , 
+    /**
+     * Abandons sent (AMQP only).
+     */
+    var `abandoned`: kotlin.ULong
+    , 
+    /**
+     * Settlements that came too late (`LockLost`): their connection was gone, or the hub
+     * had delivered the message again.
      */
     var `staleCompletions`: kotlin.ULong
     , 
@@ -6948,6 +7053,8 @@ public object FfiConverterTypeDeviceStats: FfiConverterRustBuffer<DeviceStats> {
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
@@ -6955,6 +7062,8 @@ public object FfiConverterTypeDeviceStats: FfiConverterRustBuffer<DeviceStats> {
             FfiConverterULong.allocationSize(value.`received`) +
             FfiConverterULong.allocationSize(value.`redelivered`) +
             FfiConverterULong.allocationSize(value.`acknowledged`) +
+            FfiConverterULong.allocationSize(value.`rejected`) +
+            FfiConverterULong.allocationSize(value.`abandoned`) +
             FfiConverterULong.allocationSize(value.`staleCompletions`) +
             FfiConverterULong.allocationSize(value.`connections`) +
             FfiConverterULong.allocationSize(value.`tokenRenewals`) +
@@ -6965,6 +7074,8 @@ public object FfiConverterTypeDeviceStats: FfiConverterRustBuffer<DeviceStats> {
             FfiConverterULong.write(value.`received`, buf)
             FfiConverterULong.write(value.`redelivered`, buf)
             FfiConverterULong.write(value.`acknowledged`, buf)
+            FfiConverterULong.write(value.`rejected`, buf)
+            FfiConverterULong.write(value.`abandoned`, buf)
             FfiConverterULong.write(value.`staleCompletions`, buf)
             FfiConverterULong.write(value.`connections`, buf)
             FfiConverterULong.write(value.`tokenRenewals`, buf)
@@ -7922,6 +8033,21 @@ sealed class MqstateException: kotlin.Exception() {
             get() = "reason=${ `reason` }"
     }
     
+    /**
+     * A cloud-to-device message was settled after its lock was lost (its connection or link
+     * dropped, or the hub delivered it again): the hub delivers it again; settle that copy.
+     */
+    class LockLost(
+        
+        /**
+         * What happened.
+         */
+        val `reason`: kotlin.String
+        ) : MqstateException() {
+        override val message
+            get() = "reason=${ `reason` }"
+    }
+    
 
     
         /**
@@ -7999,6 +8125,9 @@ public object FfiConverterTypeMqstateError : FfiConverterRustBuffer<MqstateExcep
             10 -> MqstateException.NotSupported(
                 FfiConverterString.read(buf),
                 )
+            11 -> MqstateException.LockLost(
+                FfiConverterString.read(buf),
+                )
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
         }
     }
@@ -8057,6 +8186,11 @@ public object FfiConverterTypeMqstateError : FfiConverterRustBuffer<MqstateExcep
                 4UL
                 + FfiConverterString.allocationSize(value.`reason`)
             )
+            is MqstateException.LockLost -> (
+                // Add the size for the Int that specifies the variant plus the size needed for all fields
+                4UL
+                + FfiConverterString.allocationSize(value.`reason`)
+            )
         }
     }
 
@@ -8111,6 +8245,11 @@ public object FfiConverterTypeMqstateError : FfiConverterRustBuffer<MqstateExcep
             }
             is MqstateException.NotSupported -> {
                 buf.putInt(10)
+                FfiConverterString.write(value.`reason`, buf)
+                Unit
+            }
+            is MqstateException.LockLost -> {
+                buf.putInt(11)
                 FfiConverterString.write(value.`reason`, buf)
                 Unit
             }

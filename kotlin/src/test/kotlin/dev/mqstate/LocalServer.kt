@@ -5,6 +5,11 @@ import java.net.ServerSocket
 import java.nio.file.Files
 import java.util.concurrent.LinkedBlockingQueue
 import java.util.concurrent.TimeUnit
+import kotlinx.serialization.json.Json
+import kotlinx.serialization.json.contentOrNull
+import kotlinx.serialization.json.jsonArray
+import kotlinx.serialization.json.jsonObject
+import kotlinx.serialization.json.jsonPrimitive
 
 /**
  * A real `mqstate serve` (target/debug/mqstate, or the `mqstate.bin` system property) on a free
@@ -17,17 +22,26 @@ class LocalServer private constructor(
     /** With the hub: the port of its MQTT device endpoint, and the admin API's base URL. */
     val hubPort: Int? = null,
     val hubAdmin: String? = null,
+    /** With the hub: the port of its AMQP endpoint (devices and service, always TLS). */
+    val hubAmqpPort: Int? = null,
+    /** With the hub: its HTTPS port (REST registry, and MQTT and AMQP over WebSockets). */
+    val hubHttpsPort: Int? = null,
 ) : AutoCloseable {
     companion object {
         val repo: File = File(System.getProperty("mqstate.repo") ?: "..").canonicalFile
         val binary: String =
             System.getProperty("mqstate.bin")?.takeIf { it.isNotBlank() } ?: File(repo, "target/debug/mqstate").path
 
-        /** Starts a server; `port` 0 lets the server choose (the chosen one is read from its log). */
-        fun start(vararg extra: String, port: Int = 0, iothub: Boolean = false): LocalServer {
+        /**
+         * Starts a server; `port` 0 lets the server choose (the chosen one is read from its log).
+         * With `hubCaOut`, the hub writes its generated TLS certificate (AMQP, HTTPS, and the
+         * MQTT device endpoint with `--iothub-tls`) there, and this returns once it is written.
+         */
+        fun start(vararg extra: String, port: Int = 0, iothub: Boolean = false, hubCaOut: File? = null): LocalServer {
             val args = mutableListOf(binary, "serve", "--port", port.toString(), "--log", "info")
             if (!iothub) args += "--no-iothub"
             else args += listOf("--iothub-port", "0", "--iothub-admin-port", "0", "--iothub-https-port", "0", "--iothub-amqp-port", "0")
+            if (hubCaOut != null) args += listOf("--iothub-ca-out", hubCaOut.path)
             args += "--no-dashboard"
             args += extra
             val process = ProcessBuilder(args).redirectErrorStream(true).start()
@@ -48,13 +62,24 @@ class LocalServer private constructor(
                 val m = Regex("ready url=(mqtt://127\\.0\\.0\\.1:(\\d+))").find(line)
                 if (m != null) {
                     val hub = Regex("IoT Hub ready devices=127\\.0\\.0\\.1:(\\d+) .*admin=(127\\.0\\.0\\.1:\\d+)").find(seen)
-                    if (iothub && hub == null) {
+                    val amqp = Regex("IoT Hub ready .*amqp=127\\.0\\.0\\.1:(\\d+)").find(seen)
+                    val https = Regex("IoT Hub ready .*https=127\\.0\\.0\\.1:(\\d+)").find(seen)
+                    if (iothub && (hub == null || amqp == null || https == null)) {
                         process.destroyForcibly()
                         error("mqstate serve did not report its IoT Hub ports:\n$seen")
+                    }
+                    // The certificate is written after the ready line.
+                    while (hubCaOut != null && !(hubCaOut.isFile && hubCaOut.readText().contains("END CERTIFICATE"))) {
+                        if (System.nanoTime() > deadline || !process.isAlive) {
+                            process.destroyForcibly()
+                            error("mqstate serve did not write $hubCaOut:\n$seen")
+                        }
+                        Thread.sleep(20)
                     }
                     return LocalServer(
                         process, m.groupValues[1], m.groupValues[2].toInt(),
                         hub?.groupValues?.get(1)?.toInt(), hub?.groupValues?.get(2)?.let { "http://$it" },
+                        amqp?.groupValues?.get(1)?.toInt(), https?.groupValues?.get(1)?.toInt(),
                     )
                 }
             }
@@ -74,6 +99,27 @@ class LocalServer private constructor(
         val out = p.inputStream.bufferedReader().readText()
         check(p.waitFor(60, TimeUnit.SECONDS) && p.exitValue() == 0) { "mqstate ${args.joinToString(" ")} failed: $out" }
         return out
+    }
+
+    /**
+     * The hub's feedback status (`Success`, `Rejected`, ...) of each message id in `ids`, from
+     * `mqstate iothub feedback --once` (one batch a call, completed by the CLI) until every id
+     * has one (start the server with a short `--iothub-feedback-interval`).
+     */
+    fun hubFeedback(vararg ids: String): Map<String, String> {
+        val seen = mutableMapOf<String, String>()
+        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
+        while (!seen.keys.containsAll(ids.toList())) {
+            check(System.nanoTime() < deadline) { "no feedback for every one of ${ids.toList()}: $seen" }
+            val out = cli("iothub", "feedback", "--url", hubAdmin!!, "--once", "--wait", "10s")
+            for (line in out.lines().filter { it.startsWith("{") }) {
+                for (r in Json.parseToJsonElement(line).jsonObject["records"]!!.jsonArray) {
+                    val id = r.jsonObject["originalMessageId"]?.jsonPrimitive?.contentOrNull ?: continue
+                    seen[id] = r.jsonObject["statusCode"]!!.jsonPrimitive.content
+                }
+            }
+        }
+        return seen
     }
 
     /** Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it. */
