@@ -70,6 +70,11 @@ export declare class LocalIotHub {
    */
   get amqpPort(): number
   /**
+   * The HTTPS port (TLS, trust `caPem`): IoT Hub's REST API and MQTT and AMQP over
+   * WebSockets (`{ transport: 'amqp-ws', port: hub.httpsPort, caFile }`).
+   */
+  get httpsPort(): number
+  /**
    * The PEM certificate the hub generated for its TLS endpoints (write it to a file for
    * `caFile`), or null when it uses none.
    */
@@ -449,11 +454,12 @@ export interface ClientOptions {
  */
 export interface DeviceConnectOptions {
   /**
-   * `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order)
-   * or `"amqp"` (messages can be completed, rejected or abandoned, each on its own); the
-   * names the core knows, in any case (another rejects with `ERR_INVALID_ARGUMENT`).
+   * `"mqtt"` (the default: messages can only be completed, acknowledged in arrival order),
+   * `"amqp"` (messages can be completed, rejected or abandoned, each on its own) or
+   * `"amqp-ws"` (AMQP over WebSockets on port 443); the names the core knows, in any case
+   * (another rejects with `ERR_INVALID_ARGUMENT`).
    */
-  transport?: 'mqtt' | 'amqp' | (string & {})
+  transport?: 'mqtt' | 'amqp' | 'amqp-ws' | (string & {})
   /** Host to connect to (default: the connection string's HostName). */
   host?: string
   /** Port (default: the transport's, 8883 for MQTT, 5671 for AMQP). */
