@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use mqstate_server::iothub::admin::{AddDeviceRequest, AdminClient, SendRequest};
+
+use crate::iothub_message::MessageArgs;
 use mqstate_server::iothub::{
     Ack, AmqpLimits, DEFAULT_ADMIN_PORT, DEFAULT_AMQP_PORT, DEFAULT_DEVICE_PORT, DEFAULT_HOSTNAME,
     DEFAULT_HTTPS_PORT, DeviceSpec, DeviceTls, IotHubConfig,
@@ -333,52 +335,30 @@ pub enum DeviceCommand {
 pub struct SendArgs {
     /// The device.
     pub device: String,
-    /// The body (UTF-8 text).
-    pub payload: String,
-    /// Message id (`$.mid`; set it so feedback can be correlated).
-    #[arg(long)]
-    pub message_id: Option<String>,
-    /// Correlation id (`$.cid`).
-    #[arg(long)]
-    pub correlation_id: Option<String>,
-    /// Content type (`$.ct`).
-    #[arg(long)]
-    pub content_type: Option<String>,
-    /// Content encoding (`$.ce`).
-    #[arg(long)]
-    pub content_encoding: Option<String>,
+    #[command(flatten)]
+    pub message: MessageArgs,
     /// Feedback wanted: none, positive, negative, full.
     #[arg(long, default_value = "none", value_parser = |s: &str| Ack::parse(s).map_err(|e| e.to_string()))]
     pub ack: Ack,
     /// Time to live (default: the hub's default TTL).
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub ttl: Option<Duration>,
-    /// Application property: `key=value`, `key=` (empty) or `key` (null); repeatable.
-    #[arg(short = 'P', long = "property", value_name = "KEY[=VALUE]")]
-    pub properties: Vec<String>,
 }
 
 impl SendArgs {
     fn request(&self) -> Result<SendRequest, String> {
+        let m = &self.message;
         let mut request = SendRequest {
-            payload: Some(self.payload.clone()),
-            message_id: self.message_id.clone(),
-            correlation_id: self.correlation_id.clone(),
-            content_type: self.content_type.clone(),
-            content_encoding: self.content_encoding.clone(),
+            payload: Some(m.payload.clone()),
+            message_id: m.message_id.clone(),
+            correlation_id: m.correlation_id.clone(),
+            content_type: m.content_type.clone(),
+            content_encoding: m.content_encoding.clone(),
             ack: self.ack,
             ttl_secs: self.ttl.map(|t| t.as_secs_f64()),
             ..SendRequest::default()
         };
-        for p in &self.properties {
-            let (key, value) = match p.split_once('=') {
-                Some((k, v)) => (k, Some(v.to_owned())),
-                None => (p.as_str(), None),
-            };
-            if request.properties.insert(key.to_owned(), value).is_some() {
-                return Err(format!("-P {key}: property given twice"));
-            }
-        }
+        request.properties.extend(m.properties()?);
         Ok(request)
     }
 }
@@ -520,14 +500,13 @@ mod tests {
     fn properties_null_and_empty() {
         let args = SendArgs {
             device: "d".into(),
-            payload: "p".into(),
-            message_id: None,
-            correlation_id: None,
-            content_type: None,
-            content_encoding: None,
+            message: MessageArgs {
+                payload: "p".into(),
+                properties: vec!["a=1".into(), "n".into(), "e=".into()],
+                ..MessageArgs::default()
+            },
             ack: Ack::None,
             ttl: None,
-            properties: vec!["a=1".into(), "n".into(), "e=".into()],
         };
         let r = args.request().unwrap();
         assert_eq!(r.properties["a"].as_deref(), Some("1"));

@@ -40,6 +40,7 @@ use serde_json::{Map, Value, json};
 
 use crate::duration::parse_duration;
 use crate::exit::{Code, Failure, Outcome};
+use crate::iothub_message::MessageArgs;
 use crate::output;
 use crate::signals::Interrupts;
 
@@ -173,39 +174,20 @@ pub struct ReceiveArgs {
 pub struct SendEventArgs {
     #[command(flatten)]
     pub connect: DeviceConnectArgs,
-    /// The body (UTF-8 text).
-    pub payload: String,
-    /// Message id (`$.mid`).
-    #[arg(long)]
-    pub message_id: Option<String>,
-    /// Correlation id (`$.cid`).
-    #[arg(long)]
-    pub correlation_id: Option<String>,
-    /// Content type (`$.ct`).
-    #[arg(long)]
-    pub content_type: Option<String>,
-    /// Content encoding (`$.ce`).
-    #[arg(long)]
-    pub content_encoding: Option<String>,
-    /// Application property: `key=value`, `key=` (empty) or `key` (null); repeatable.
-    #[arg(short = 'P', long = "property", value_name = "KEY[=VALUE]")]
-    pub properties: Vec<String>,
+    #[command(flatten)]
+    pub message: MessageArgs,
 }
 
 impl SendEventArgs {
-    fn telemetry(&self) -> Telemetry {
-        let mut t = Telemetry::new(self.payload.clone().into_bytes());
-        t.message_id.clone_from(&self.message_id);
-        t.correlation_id.clone_from(&self.correlation_id);
-        t.content_type.clone_from(&self.content_type);
-        t.content_encoding.clone_from(&self.content_encoding);
-        for p in &self.properties {
-            t = match p.split_once('=') {
-                Some((name, value)) => t.property(name, value),
-                None => t.null_property(p.as_str()),
-            };
-        }
-        t
+    fn telemetry(&self) -> Result<Telemetry, String> {
+        let m = &self.message;
+        let mut t = Telemetry::new(m.payload.clone().into_bytes());
+        t.message_id.clone_from(&m.message_id);
+        t.correlation_id.clone_from(&m.correlation_id);
+        t.content_type.clone_from(&m.content_type);
+        t.content_encoding.clone_from(&m.content_encoding);
+        t.properties = m.properties()?;
+        Ok(t)
     }
 }
 
@@ -213,7 +195,7 @@ impl SendEventArgs {
 /// closes.
 pub async fn run_send_event(args: SendEventArgs) -> Outcome {
     let mut interrupts = Interrupts::new()?;
-    let event = args.telemetry();
+    let event = args.telemetry().map_err(Failure::usage)?;
     let client = tokio::select! {
         client = args.connect.connect(None) => client?,
         () = interrupts.recv() => return Ok(Code::Interrupted),

@@ -11,6 +11,7 @@ mod duration;
 mod exit;
 mod iothub;
 mod iothub_device;
+mod iothub_message;
 mod logging;
 mod output;
 mod secure;

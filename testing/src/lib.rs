@@ -11,6 +11,7 @@
 //! - [`fault_proxy`]: a TCP proxy between clients and a broker that cuts, stalls, delays or
 //!   drops chosen MQTT packets, so every language's fault tests inject the same faults.
 //! - [`tls`]: TLS clients trusting the local IoT Hub's generated certificate.
+//! - [`iothub`]: waits on the local IoT Hub (a message's feedback).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -20,6 +21,7 @@
 //! ```
 
 pub mod fault_proxy;
+pub mod iothub;
 pub mod mosquitto;
 pub mod tls;
 

@@ -1,6 +1,6 @@
 //! The IoT Hub device client over AMQP (`Transport::Amqp`) against the local IoT Hub's AMQP
 //! endpoint (TLS, SASL, CBS put-token, the device's two links): complete, reject and abandon
-//! with the hub's feedback, settlement in any order, a lost lock, token renewal on the open
+//! with the hub's feedback (also over AMQP over WebSockets, `Transport::AmqpWs`), settlement in any order, a lost lock, token renewal on the open
 //! connection, and a hub restarted from its data dir while messages are in flight.
 
 use std::collections::HashMap;
@@ -13,8 +13,9 @@ use mqstate_server::iothub::{
 };
 
 use crate::common::iothub::{
-    CaFile, WAIT, amqp_options, amqp_port, assert_every_property, completed, eventually, feedback,
-    finished, fixed_tls, hub, message_with_every_property, receive,
+    AMQP_ENDPOINTS, AmqpEndpoint, CaFile, WAIT, amqp_options, amqp_port, assert_every_property,
+    completed, eventually, feedback, finished, fixed_tls, hub, message_with_every_property,
+    receive,
 };
 
 /// Feedback right away, so that each test can read its records.
@@ -25,12 +26,19 @@ fn config() -> IotHubConfig {
     }
 }
 
+/// Over AMQP and over AMQP over WebSockets, as each test below run over [`AMQP_ENDPOINTS`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receives_every_property_and_completes_with_success_feedback() {
+    for (transport, endpoint) in AMQP_ENDPOINTS {
+        receives_and_completes(transport, endpoint).await;
+    }
+}
+
+async fn receives_and_completes(transport: Transport, endpoint: AmqpEndpoint) {
     let (_server, hub) = hub(config(), &["dev1"]).await;
     let ca = CaFile::of(&hub);
-    let options = amqp_options(&hub, "dev1", amqp_port(&hub), &ca);
-    assert_eq!(options.transport, Transport::Amqp);
+    let options = endpoint(&hub, "dev1", &ca);
+    assert_eq!(options.transport, transport);
     let client = DeviceClient::connect(options).await.unwrap();
     assert_eq!(client.state(), ConnectionState::Connected);
     hub.send("dev1", message_with_every_property()).unwrap();
@@ -85,9 +93,15 @@ async fn settlements_made_right_before_close_reach_the_hub() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_dead_letters_with_rejected_feedback() {
+    for (_, endpoint) in AMQP_ENDPOINTS {
+        rejects(endpoint).await;
+    }
+}
+
+async fn rejects(endpoint: AmqpEndpoint) {
     let (_server, hub) = hub(config(), &["dev1"]).await;
     let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
+    let client = DeviceClient::connect(endpoint(&hub, "dev1", &ca))
         .await
         .unwrap();
     hub.send(
@@ -112,9 +126,15 @@ async fn reject_dead_letters_with_rejected_feedback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandon_redelivers_with_the_delivery_count_one_higher() {
+    for (_, endpoint) in AMQP_ENDPOINTS {
+        abandons(endpoint).await;
+    }
+}
+
+async fn abandons(endpoint: AmqpEndpoint) {
     let (_server, hub) = hub(config(), &["dev1"]).await;
     let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
+    let client = DeviceClient::connect(endpoint(&hub, "dev1", &ca))
         .await
         .unwrap();
     hub.send(

@@ -1,21 +1,16 @@
 //! The IoT Hub device client over AMQP over WebSockets (`Transport::AmqpWs`) against the local
 //! IoT Hub's HTTPS port (`wss://.../$iothub/websocket`, subprotocol `AMQPWSB10`, then the same
-//! AMQP connection as `iothub_amqp`): complete, reject and abandon with the hub's feedback,
-//! telemetry, a refused key, an endpoint that is not a WebSocket one, and what the transport
-//! refuses before connecting (X.509, plain TCP).
+//! AMQP connection as `iothub_amqp`, whose complete, reject and abandon tests run over both
+//! transports): telemetry larger than a WebSocket message, a refused key, an endpoint that is
+//! not a WebSocket one, and what the transport refuses before connecting (X.509, plain TCP).
 
 use std::time::{Duration, Instant};
 
+use mqstate::ErrorKind;
 use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry, Transport};
-use mqstate::{ConnectionState, ErrorKind};
-use mqstate_server::iothub::{
-    Ack, C2dMessage as HubMessage, FeedbackStatus, IotHubConfig, MessageState,
-};
+use mqstate_server::iothub::IotHubConfig;
 
-use crate::common::iothub::{
-    CaFile, amqp_port, amqp_ws_options, assert_every_property, completed, eventually, feedback,
-    finished, hub, message_with_every_property, receive,
-};
+use crate::common::iothub::{CaFile, amqp_port, amqp_ws_options, hub};
 
 /// Feedback right away, so that each test can read its records.
 fn config() -> IotHubConfig {
@@ -23,81 +18,6 @@ fn config() -> IotHubConfig {
         feedback_batch_size: 1,
         ..IotHubConfig::default()
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn receives_every_property_and_completes_with_success_feedback() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let options = amqp_ws_options(&hub, "dev1", &ca);
-    assert_eq!(options.transport.as_str(), "amqp-ws");
-    let client = DeviceClient::connect(options).await.unwrap();
-    assert_eq!(client.state(), ConnectionState::Connected);
-    hub.send("dev1", message_with_every_property()).unwrap();
-    let m = receive(&client).await;
-    assert_every_property(&m);
-    assert_eq!(m.delivery_count(), Some(0));
-    m.complete().unwrap();
-    eventually(&hub, "dev1", "completed", |q| {
-        q.depth == 0 && completed(q) == 1
-    })
-    .await;
-    assert_eq!(feedback(&hub, "id 1/é").await, FeedbackStatus::Success);
-    assert_eq!(client.stats().acknowledged, 1);
-    client.close().await;
-    assert_eq!(client.state(), ConnectionState::Closed);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reject_dead_letters_with_rejected_feedback() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_ws_options(&hub, "dev1", &ca))
-        .await
-        .unwrap();
-    hub.send(
-        "dev1",
-        HubMessage::new("bad").message_id("r1").ack(Ack::Negative),
-    )
-    .unwrap();
-    receive(&client).await.reject().unwrap();
-    eventually(&hub, "dev1", "dead-lettered", |q| {
-        q.depth == 0 && finished(q, MessageState::DeadLettered) == 1
-    })
-    .await;
-    assert_eq!(feedback(&hub, "r1").await, FeedbackStatus::Rejected);
-    assert_eq!(client.stats().rejected, 1);
-    client.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn abandon_redelivers_with_the_delivery_count_one_higher() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_ws_options(&hub, "dev1", &ca))
-        .await
-        .unwrap();
-    hub.send(
-        "dev1",
-        HubMessage::new("later").message_id("a1").ack(Ack::Full),
-    )
-    .unwrap();
-    let first = receive(&client).await;
-    assert_eq!(first.delivery_count(), Some(0));
-    first.abandon().unwrap();
-    let second = receive(&client).await;
-    assert_eq!(second.message_id.as_deref(), Some("a1"));
-    assert_eq!(second.delivery_count(), Some(1));
-    assert!(second.is_redelivery());
-    second.complete().unwrap();
-    eventually(&hub, "dev1", "completed once", |q| {
-        q.depth == 0 && completed(q) == 1
-    })
-    .await;
-    assert_eq!(feedback(&hub, "a1").await, FeedbackStatus::Success);
-    let stats = client.stats();
-    assert_eq!((stats.abandoned, stats.acknowledged), (1, 1));
-    client.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

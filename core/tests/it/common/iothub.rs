@@ -9,8 +9,7 @@ use mqstate::ReconnectPolicy;
 use mqstate::TlsOptions;
 use mqstate::iothub::{C2dMessage, DeviceClient, DeviceOptions, Transport};
 use mqstate_server::iothub::{
-    DeviceSpec, DeviceTls, FeedbackStatus, IotHub, IotHubConfig, IotHubServer, MessageState,
-    QueueInfo,
+    DeviceSpec, DeviceTls, IotHub, IotHubConfig, IotHubServer, MessageState, QueueInfo,
 };
 
 /// Generous: the machine running the tests may be very busy.
@@ -110,6 +109,20 @@ pub fn amqp_ws_options(hub: &IotHub, device: &str, ca: &CaFile) -> DeviceOptions
     options
 }
 
+/// Where an AMQP test's device connects: [`amqp_tcp`] or [`amqp_ws_options`].
+pub type AmqpEndpoint = fn(&IotHub, &str, &CaFile) -> DeviceOptions;
+
+/// AMQP over TLS on the hub's AMQP port (the [`AmqpEndpoint`] of `Transport::Amqp`).
+pub fn amqp_tcp(hub: &IotHub, device: &str, ca: &CaFile) -> DeviceOptions {
+    amqp_options(hub, device, amqp_port(hub), ca)
+}
+
+/// Both AMQP transports, for the tests that must hold over each.
+pub const AMQP_ENDPOINTS: [(Transport, AmqpEndpoint); 2] = [
+    (Transport::Amqp, amqp_tcp),
+    (Transport::AmqpWs, amqp_ws_options),
+];
+
 /// The port of the hub's HTTPS server (REST API, and MQTT and AMQP over WebSockets).
 pub fn https_port(hub: &IotHub) -> u16 {
     hub.endpoints().https_endpoint.unwrap().port()
@@ -151,24 +164,7 @@ pub fn completed(q: &QueueInfo) -> usize {
     finished(q, MessageState::Completed)
 }
 
-/// Waits for the hub's feedback record of `message_id`.
-pub async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(r) = hub
-            .recent_feedback()
-            .into_iter()
-            .find(|r| r.original_message_id.as_deref() == Some(message_id))
-        {
-            return r.status_code;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no feedback for {message_id}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use mqstate_testing::iothub::feedback;
 
 /// A message with every system property (URL-special and non-ASCII characters in them), a
 /// null and an empty application property, full acknowledgement: what every transport must

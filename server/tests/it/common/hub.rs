@@ -11,7 +11,7 @@ use fe2o3_amqp::types::primitives::Value as Value_;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
-use mqstate_server::iothub::{FeedbackStatus, IotHub};
+use mqstate_server::iothub::IotHub;
 use rustls::pki_types::ServerName;
 use serde_json::Value;
 
@@ -254,21 +254,4 @@ where
     tokio::io::join(reader, writer)
 }
 
-/// Waits (up to 20 s) for the first feedback record of `message_id` and returns its status.
-pub async fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if let Some(r) = hub
-            .recent_feedback()
-            .into_iter()
-            .find(|r| r.original_message_id.as_deref() == Some(message_id))
-        {
-            return r.status_code;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no feedback for {message_id}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
+pub use mqstate_testing::iothub::feedback;
