@@ -386,6 +386,99 @@ fn c_abi_options_connect_over_amqp_and_reject_and_abandon() {
 }
 
 #[test]
+fn c_abi_abandon_past_the_max_delivery_count_dead_letters() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt
+        .block_on(IotHubServer::start(IotHubConfig {
+            admin_port: None,
+            https_port: None,
+            max_delivery_count: 2,
+            ..IotHubConfig::default()
+        }))
+        .unwrap();
+    let hub = server.hub();
+    hub.add_device(&DeviceSpec::parse("ddev").unwrap()).unwrap();
+    let amqp_port = hub.endpoints().amqp_endpoint.unwrap().port();
+    let ca = std::env::temp_dir().join(format!(
+        "mqstate-ffi-hub-ca-dead-{}.pem",
+        std::process::id()
+    ));
+    std::fs::write(&ca, hub.ca_certificate_pem().unwrap()).unwrap();
+
+    let o = options(&hub.connection_string("ddev").unwrap());
+    let (amqp, host, ca_path) = (c("amqp"), c("127.0.0.1"), c(ca.to_str().unwrap()));
+    assert_eq!(
+        unsafe { mqstate_iothub_options_set_transport(o, amqp.as_ptr()) },
+        MQSTATE_OK
+    );
+    assert_eq!(
+        unsafe { mqstate_iothub_options_set_host(o, host.as_ptr()) },
+        MQSTATE_OK
+    );
+    assert_eq!(
+        unsafe { mqstate_iothub_options_set_port(o, amqp_port) },
+        MQSTATE_OK
+    );
+    assert_eq!(
+        unsafe { mqstate_iothub_options_set_ca_file(o, ca_path.as_ptr()) },
+        MQSTATE_OK
+    );
+    let mut dev = ptr::null_mut();
+    assert_eq!(
+        unsafe { mqstate_iothub_device_connect(o, &mut dev) },
+        MQSTATE_OK,
+        "{}",
+        last_message()
+    );
+    unsafe { mqstate_iothub_options_free(o) };
+
+    hub.send(
+        "ddev",
+        C2dMessage::new("x").message_id("x1").ack(Ack::Negative),
+    )
+    .unwrap();
+    // Delivered with count 0, abandoned, delivered with count 1, abandoned: past the hub's max
+    // delivery count (2), the second abandon dead-letters it.
+    for expected in [0, 1] {
+        let m = receive(dev);
+        let mut count = u32::MAX;
+        assert_eq!(
+            unsafe { mqstate_c2d_message_delivery_count(m, &mut count) },
+            MQSTATE_OK
+        );
+        assert_eq!(count, expected);
+        assert_eq!(unsafe { mqstate_c2d_abandon(m) }, MQSTATE_OK);
+        unsafe { mqstate_c2d_message_free(m) };
+    }
+    assert_eq!(feedback(&hub, "x1"), FeedbackStatus::DeliveryCountExceeded);
+    let q = hub.queue("ddev").unwrap();
+    assert_eq!(q.depth, 0);
+    assert_eq!(
+        q.finished
+            .iter()
+            .filter(|m| m.state == MessageState::DeadLettered)
+            .count(),
+        1,
+        "{q:?}"
+    );
+    // Not delivered again.
+    let mut m = ptr::null_mut();
+    assert_eq!(
+        unsafe { mqstate_iothub_device_receive(dev, 300, &mut m) },
+        MQSTATE_TIMEOUT
+    );
+    assert!(m.is_null());
+
+    unsafe { mqstate_iothub_device_free(dev) };
+    let _ = std::fs::remove_file(&ca);
+    rt.block_on(server.shutdown());
+}
+
+#[test]
 fn c_abi_option_mistakes_are_the_cores_errors() {
     const SAS: &str = "HostName=h.example;DeviceId=d;SharedAccessKey=c2VjcmV0";
     const X509: &str = "HostName=h.example;DeviceId=d;x509=true";

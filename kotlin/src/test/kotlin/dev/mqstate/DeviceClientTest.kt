@@ -136,6 +136,32 @@ class DeviceClientTest {
     }
 
     @Test
+    fun `over AMQP abandoning past the hub's max delivery count dead-letters the message`() = runBlocking<Unit> {
+        val ca = File(LocalServer.tempDir(), "hub.pem")
+        LocalServer.start(
+            "--iothub-device", "dev1:$key", *quickFeedback, "--iothub-max-delivery-count", "2",
+            iothub = true, hubCaOut = ca,
+        ).use { server ->
+            val device = DeviceClient.connect(cs, amqp(server, ca))
+            try {
+                send(server, "dev1", "x", "x1", ack = "negative")
+                for (count in listOf(0u, 1u)) {
+                    val msg = withTimeout(30_000) { device.receive() }
+                    assertEquals("x1" to count, msg.messageId() to msg.deliveryCount())
+                    msg.abandon()
+                }
+                // Abandoned a second time with max delivery count 2: dead-lettered, with negative feedback.
+                assertEquals(mapOf("x1" to "DeliveryCountExceeded"), server.hubFeedback("x1"))
+                Thread.sleep(300)
+                assertNull(device.tryReceive(), "a dead-lettered message is not delivered again")
+                assertEquals(2uL, device.stats().abandoned)
+            } finally {
+                device.disconnect()
+            }
+        }
+    }
+
+    @Test
     fun `over AMQP settling a message of a lost connection throws LockLost`() = runBlocking<Unit> {
         val ca = File(LocalServer.tempDir(), "hub.pem")
         LocalServer.start("--iothub-device", "dev1:$key", *quickFeedback, iothub = true, hubCaOut = ca).use { server ->
