@@ -318,6 +318,10 @@ fn settlement(outcome: &Outcome) -> Settlement {
     }
 }
 
+/// How long, once a device's C2D link has ended, the outcomes the device sent before the end
+/// may take to be taken (each is resolved already; its task only has to run).
+const LATE_OUTCOMES: Duration = Duration::from_millis(200);
+
 /// Serves a device's `/devices/{id}/messages/devicebound` link (the hub's sender) until the
 /// device detaches it, its token expires, the hub closes the device's connection or stops.
 pub(super) async fn serve_devicebound(
@@ -373,26 +377,9 @@ pub(super) async fn serve_devicebound(
                 }
             }
             Some(done) = outcomes.join_next() => {
-                let Ok((token, outcome)) = done else { continue };
-                unsettled.remove(&token);
-                match outcome {
-                    Ok(outcome) => {
-                        let how = settlement(&outcome);
-                        match hub.settle(&device_id, &token, how) {
-                            Ok(()) => {
-                                if let Err(e) = hub.persisted().await {
-                                    tracing::warn!(error = %e, "iothub amqp: settlement not persisted");
-                                }
-                            }
-                            Err(e) => tracing::info!(device = %device_id, error = %e, ?how,
-                                "iothub amqp: settlement refused"),
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(device = %device_id, error = %e,
-                            "iothub amqp: C2D delivery ended unsettled");
-                        abandon(&hub, &device_id, &token).await;
-                    }
+                if let Ok((token, outcome)) = done {
+                    unsettled.remove(&token);
+                    apply_outcome(&hub, &device_id, &token, outcome).await;
                 }
             }
             _ = sender.on_detach() => break End::Detached,
@@ -401,6 +388,16 @@ pub(super) async fn serve_devicebound(
             _ = stop.changed() => break End::Stop,
         }
     };
+    // A disposition the device sent before it detached or closed (a reject, then close) counts:
+    // the session handles frames in order, so its outcome is resolved already, but the task
+    // waiting for it may not have run when the detach was seen. Take the outcomes that come
+    // at once; what is still unsettled after that is abandoned.
+    while let Ok(Some(done)) = tokio::time::timeout(LATE_OUTCOMES, outcomes.join_next()).await {
+        if let Ok((token, outcome)) = done {
+            unsettled.remove(&token);
+            apply_outcome(&hub, &device_id, &token, outcome).await;
+        }
+    }
     outcomes.abort_all();
     for token in &unsettled {
         abandon(&hub, &device_id, token).await;
@@ -414,6 +411,35 @@ pub(super) async fn serve_devicebound(
         tracing::debug!(error = %e, "iothub amqp: devicebound link closed uncleanly");
     }
     drop(member);
+}
+
+/// Applies the device's outcome of a delivery (or abandons it when the delivery ended
+/// without one).
+async fn apply_outcome(
+    hub: &IotHub,
+    device_id: &str,
+    token: &str,
+    outcome: Result<Outcome, SendError>,
+) {
+    match outcome {
+        Ok(outcome) => {
+            let how = settlement(&outcome);
+            match hub.settle(device_id, token, how) {
+                Ok(()) => {
+                    if let Err(e) = hub.persisted().await {
+                        tracing::warn!(error = %e, "iothub amqp: settlement not persisted");
+                    }
+                }
+                Err(e) => tracing::info!(device = %device_id, error = %e, ?how,
+                    "iothub amqp: settlement refused"),
+            }
+        }
+        Err(e) => {
+            tracing::debug!(device = %device_id, error = %e,
+                "iothub amqp: C2D delivery ended unsettled");
+            abandon(hub, device_id, token).await;
+        }
+    }
 }
 
 /// The next message the device sends on `receiver` (one of its links the hub receives on),
