@@ -261,45 +261,79 @@ fn feedback(hub: &IotHub, message_id: &str) -> FeedbackStatus {
     }
 }
 
+/// What the AMQP tests start from: a runtime, the in-process hub started with `config` (and
+/// `device` registered), the file of its CA (removed by [`AmqpHub::stop`]), and options that
+/// reach its AMQP endpoint on 127.0.0.1 trusting that CA (the caller frees them).
+struct AmqpHub {
+    rt: tokio::runtime::Runtime,
+    server: IotHubServer,
+    hub: IotHub,
+    ca: std::path::PathBuf,
+}
+
+impl AmqpHub {
+    fn start(config: IotHubConfig, device: &str) -> (AmqpHub, *mut mqstate_iothub_options) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt
+            .block_on(IotHubServer::start(IotHubConfig {
+                admin_port: None,
+                https_port: None,
+                ..config
+            }))
+            .unwrap();
+        let hub = server.hub();
+        hub.add_device(&DeviceSpec::parse(device).unwrap()).unwrap();
+        let amqp_port = hub.endpoints().amqp_endpoint.unwrap().port();
+        // The hub's AMQP endpoint is TLS with a certificate generated at start: trust it.
+        let ca = std::env::temp_dir().join(format!(
+            "mqstate-ffi-hub-ca-{device}-{}.pem",
+            std::process::id()
+        ));
+        std::fs::write(&ca, hub.ca_certificate_pem().unwrap()).unwrap();
+
+        let o = options(&hub.connection_string(device).unwrap());
+        let (amqp, host, ca_path) = (c("amqp"), c("127.0.0.1"), c(ca.to_str().unwrap()));
+        assert_eq!(
+            unsafe { mqstate_iothub_options_set_transport(o, amqp.as_ptr()) },
+            MQSTATE_OK
+        );
+        assert_eq!(
+            unsafe { mqstate_iothub_options_set_host(o, host.as_ptr()) },
+            MQSTATE_OK
+        );
+        assert_eq!(
+            unsafe { mqstate_iothub_options_set_port(o, amqp_port) },
+            MQSTATE_OK
+        );
+        assert_eq!(
+            unsafe { mqstate_iothub_options_set_ca_file(o, ca_path.as_ptr()) },
+            MQSTATE_OK
+        );
+        (
+            AmqpHub {
+                rt,
+                server,
+                hub,
+                ca,
+            },
+            o,
+        )
+    }
+
+    fn stop(self) {
+        let _ = std::fs::remove_file(&self.ca);
+        self.rt.block_on(self.server.shutdown());
+    }
+}
+
 #[test]
 fn c_abi_options_connect_over_amqp_and_reject_and_abandon() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = rt
-        .block_on(IotHubServer::start(IotHubConfig {
-            admin_port: None,
-            https_port: None,
-            ..IotHubConfig::default()
-        }))
-        .unwrap();
-    let hub = server.hub();
-    hub.add_device(&DeviceSpec::parse("adev").unwrap()).unwrap();
-    let amqp_port = hub.endpoints().amqp_endpoint.unwrap().port();
-    // The hub's AMQP endpoint is TLS with a certificate generated at start: trust it.
-    let ca = std::env::temp_dir().join(format!("mqstate-ffi-hub-ca-{}.pem", std::process::id()));
-    std::fs::write(&ca, hub.ca_certificate_pem().unwrap()).unwrap();
-
-    let o = options(&hub.connection_string("adev").unwrap());
-    let (amqp, host, ca_path) = (c("amqp"), c("127.0.0.1"), c(ca.to_str().unwrap()));
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_transport(o, amqp.as_ptr()) },
-        MQSTATE_OK
-    );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_host(o, host.as_ptr()) },
-        MQSTATE_OK
-    );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_port(o, amqp_port) },
-        MQSTATE_OK
-    );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_ca_file(o, ca_path.as_ptr()) },
-        MQSTATE_OK
-    );
+    let (amqp_hub, o) = AmqpHub::start(IotHubConfig::default(), "adev");
+    let hub = &amqp_hub.hub;
     assert_eq!(
         unsafe { mqstate_iothub_options_set_receive_buffer(o, 8) },
         MQSTATE_OK
@@ -366,9 +400,9 @@ fn c_abi_options_connect_over_amqp_and_reject_and_abandon() {
     // Abandoned, "later" came again with its delivery count one higher.
     assert!(seen.contains(&("later".to_owned(), 0)), "{seen:?}");
     assert!(seen.contains(&("later".to_owned(), 1)), "{seen:?}");
-    assert_eq!(feedback(&hub, "ok"), FeedbackStatus::Success);
-    assert_eq!(feedback(&hub, "bad"), FeedbackStatus::Rejected);
-    assert_eq!(feedback(&hub, "later"), FeedbackStatus::Success);
+    assert_eq!(feedback(hub, "ok"), FeedbackStatus::Success);
+    assert_eq!(feedback(hub, "bad"), FeedbackStatus::Rejected);
+    assert_eq!(feedback(hub, "later"), FeedbackStatus::Success);
     let q = hub.queue("adev").unwrap();
     assert_eq!(q.depth, 0);
     assert_eq!(
@@ -381,52 +415,19 @@ fn c_abi_options_connect_over_amqp_and_reject_and_abandon() {
     );
 
     unsafe { mqstate_iothub_device_free(dev) };
-    let _ = std::fs::remove_file(&ca);
-    rt.block_on(server.shutdown());
+    amqp_hub.stop();
 }
 
 #[test]
 fn c_abi_abandon_past_the_max_delivery_count_dead_letters() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = rt
-        .block_on(IotHubServer::start(IotHubConfig {
-            admin_port: None,
-            https_port: None,
+    let (amqp_hub, o) = AmqpHub::start(
+        IotHubConfig {
             max_delivery_count: 2,
             ..IotHubConfig::default()
-        }))
-        .unwrap();
-    let hub = server.hub();
-    hub.add_device(&DeviceSpec::parse("ddev").unwrap()).unwrap();
-    let amqp_port = hub.endpoints().amqp_endpoint.unwrap().port();
-    let ca = std::env::temp_dir().join(format!(
-        "mqstate-ffi-hub-ca-dead-{}.pem",
-        std::process::id()
-    ));
-    std::fs::write(&ca, hub.ca_certificate_pem().unwrap()).unwrap();
-
-    let o = options(&hub.connection_string("ddev").unwrap());
-    let (amqp, host, ca_path) = (c("amqp"), c("127.0.0.1"), c(ca.to_str().unwrap()));
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_transport(o, amqp.as_ptr()) },
-        MQSTATE_OK
+        },
+        "ddev",
     );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_host(o, host.as_ptr()) },
-        MQSTATE_OK
-    );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_port(o, amqp_port) },
-        MQSTATE_OK
-    );
-    assert_eq!(
-        unsafe { mqstate_iothub_options_set_ca_file(o, ca_path.as_ptr()) },
-        MQSTATE_OK
-    );
+    let hub = &amqp_hub.hub;
     let mut dev = ptr::null_mut();
     assert_eq!(
         unsafe { mqstate_iothub_device_connect(o, &mut dev) },
@@ -454,7 +455,7 @@ fn c_abi_abandon_past_the_max_delivery_count_dead_letters() {
         assert_eq!(unsafe { mqstate_c2d_abandon(m) }, MQSTATE_OK);
         unsafe { mqstate_c2d_message_free(m) };
     }
-    assert_eq!(feedback(&hub, "x1"), FeedbackStatus::DeliveryCountExceeded);
+    assert_eq!(feedback(hub, "x1"), FeedbackStatus::DeliveryCountExceeded);
     let q = hub.queue("ddev").unwrap();
     assert_eq!(q.depth, 0);
     assert_eq!(
@@ -474,8 +475,7 @@ fn c_abi_abandon_past_the_max_delivery_count_dead_letters() {
     assert!(m.is_null());
 
     unsafe { mqstate_iothub_device_free(dev) };
-    let _ = std::fs::remove_file(&ca);
-    rt.block_on(server.shutdown());
+    amqp_hub.stop();
 }
 
 #[test]
