@@ -9,14 +9,28 @@ use std::time::Duration;
 use mqstate::iothub::{DeviceClient, DeviceOptions, Telemetry, Transport};
 use mqstate::{ConnectionState, ErrorKind};
 use mqstate_server::iothub::{
-    Ack, C2dMessage as HubMessage, FeedbackStatus, IotHubConfig, IotHubServer, MessageState,
+    Ack, C2dMessage as HubMessage, FeedbackStatus, IotHub, IotHubConfig, IotHubServer, MessageState,
 };
 
 use crate::common::iothub::{
-    AMQP_ENDPOINTS, AmqpEndpoint, CaFile, WAIT, amqp_options, amqp_port, assert_every_property,
-    completed, eventually, feedback, finished, fixed_tls, hub, message_with_every_property,
-    receive,
+    AMQP_ENDPOINTS, AmqpEndpoint, CaFile, WAIT, amqp_options, amqp_port, amqp_tcp,
+    assert_every_property, completed, eventually, feedback, finished, fixed_tls, hub,
+    message_with_every_property, only_event, receive,
 };
+
+/// A hub with `dev1` (started with `config`) and `dev1` connected through `endpoint`; the CA
+/// file is returned to live as long as the client.
+async fn amqp_device(
+    config: IotHubConfig,
+    endpoint: AmqpEndpoint,
+) -> (IotHubServer, IotHub, CaFile, DeviceClient) {
+    let (server, hub) = hub(config, &["dev1"]).await;
+    let ca = CaFile::of(&hub);
+    let client = DeviceClient::connect(endpoint(&hub, "dev1", &ca))
+        .await
+        .unwrap();
+    (server, hub, ca, client)
+}
 
 /// Feedback right away, so that each test can read its records.
 fn config() -> IotHubConfig {
@@ -68,11 +82,7 @@ async fn receives_and_completes(transport: Transport, endpoint: AmqpEndpoint) {
 /// the hub's lock timeout and a redelivery).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settlements_made_right_before_close_reach_the_hub() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config(), amqp_tcp).await;
     for id in ["c1", "r1"] {
         hub.send("dev1", HubMessage::new(id).message_id(id))
             .unwrap();
@@ -99,11 +109,7 @@ async fn reject_dead_letters_with_rejected_feedback() {
 }
 
 async fn rejects(endpoint: AmqpEndpoint) {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(endpoint(&hub, "dev1", &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config(), endpoint).await;
     hub.send(
         "dev1",
         HubMessage::new("bad").message_id("r1").ack(Ack::Negative),
@@ -132,11 +138,7 @@ async fn abandon_redelivers_with_the_delivery_count_one_higher() {
 }
 
 async fn abandons(endpoint: AmqpEndpoint) {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(endpoint(&hub, "dev1", &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config(), endpoint).await;
     hub.send(
         "dev1",
         HubMessage::new("later").message_id("a1").ack(Ack::Full),
@@ -169,11 +171,7 @@ async fn abandoning_past_the_max_delivery_count_dead_letters() {
         max_delivery_count: 2,
         ..config()
     };
-    let (_server, hub) = hub(config, &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config, amqp_tcp).await;
     hub.send(
         "dev1",
         HubMessage::new("x").message_id("x1").ack(Ack::Negative),
@@ -202,11 +200,7 @@ async fn abandoning_past_the_max_delivery_count_dead_letters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_are_settled_each_on_its_own_in_any_order() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config(), amqp_tcp).await;
     for i in 0..4 {
         hub.send("dev1", HubMessage::new("o").message_id(format!("o{i}")))
             .unwrap();
@@ -282,11 +276,7 @@ async fn a_copy_superseded_after_the_lock_timeout_is_lock_lost_and_the_new_one_s
         lock_timeout: Duration::from_secs(2),
         ..config()
     };
-    let (_server, hub) = hub(config, &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config, amqp_tcp).await;
     hub.send("dev1", HubMessage::new("slow").message_id("s1"))
         .unwrap();
     let first = receive(&client).await;
@@ -351,11 +341,7 @@ async fn short_token_lifetimes_are_renewed_on_the_open_connection_without_losing
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telemetry_arrives_with_the_same_properties_as_over_mqtt() {
-    let (_server, hub) = hub(config(), &["dev1"]).await;
-    let ca = CaFile::of(&hub);
-    let client = DeviceClient::connect(amqp_options(&hub, "dev1", amqp_port(&hub), &ca))
-        .await
-        .unwrap();
+    let (_server, hub, _ca, client) = amqp_device(config(), amqp_tcp).await;
     let body: Vec<u8> = (0..=255u8).collect();
     client
         .send_event(
@@ -370,16 +356,8 @@ async fn telemetry_arrives_with_the_same_properties_as_over_mqtt() {
         )
         .await
         .unwrap();
-    let got = hub.telemetry("dev1", 0).unwrap();
-    assert_eq!(got.len(), 1, "the disposition came after the hub kept it");
-    let t = &got[0];
-    use base64::Engine;
-    assert_eq!(
-        base64::engine::general_purpose::STANDARD
-            .decode(&t.body_base64)
-            .unwrap(),
-        body
-    );
+    let (got, t) = only_event(&hub, "dev1", "the disposition came after the hub kept it");
+    assert_eq!(got, body);
     let sys = |k: &str| t.system_properties.get(k).cloned().flatten();
     assert_eq!(sys("$.mid").as_deref(), Some("tm 1"));
     assert_eq!(sys("$.cid").as_deref(), Some("c 1"));

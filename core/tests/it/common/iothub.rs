@@ -10,6 +10,7 @@ use mqstate::TlsOptions;
 use mqstate::iothub::{C2dMessage, DeviceClient, DeviceOptions, Transport};
 use mqstate_server::iothub::{
     DeviceSpec, DeviceTls, IotHub, IotHubConfig, IotHubServer, MessageState, QueueInfo,
+    TelemetryMessage,
 };
 
 /// Generous: the machine running the tests may be very busy.
@@ -206,4 +207,17 @@ pub fn assert_every_property(m: &C2dMessage) {
         ]
     );
     assert!(!m.is_redelivery());
+}
+
+/// The one telemetry message `device` sent (the send's acknowledgement came after the hub kept
+/// it, `why` says which), with its body decoded.
+pub fn only_event(hub: &IotHub, device: &str, why: &str) -> (Vec<u8>, TelemetryMessage) {
+    use base64::Engine;
+    let mut got = hub.telemetry(device, 0).unwrap();
+    assert_eq!(got.len(), 1, "{why}");
+    let t = got.remove(0);
+    let body = base64::engine::general_purpose::STANDARD
+        .decode(&t.body_base64)
+        .unwrap();
+    (body, t)
 }
