@@ -233,6 +233,28 @@ pub(crate) fn telemetry_bag(event: &Telemetry) -> Result<String, Error> {
     Ok(properties::encode(&bag))
 }
 
+/// A GUID's text form as IoT Hub writes it (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower
+/// case, the bytes in order): lock tokens, and AMQP UUID message ids and property values, on
+/// the device client's and on the local hub's side alike.
+///
+/// ```
+/// let bytes = *b"\x01\x23\x45\x67\x89\xab\xcd\xef\x01\x23\x45\x67\x89\xab\xcd\xef";
+/// assert_eq!(
+///     mqstate::iothub::guid_text(&bytes),
+///     "01234567-89ab-cdef-0123-456789abcdef"
+/// );
+/// ```
+pub fn guid_text(bytes: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -113,7 +113,7 @@ mod task;
 pub use c2d::C2dMessage;
 #[cfg(feature = "client")]
 pub use client::DeviceClient;
-pub use message::{MessageContent, Telemetry};
+pub use message::{MessageContent, Telemetry, guid_text};
 #[cfg(feature = "client")]
 pub use options::{API_VERSION, DeviceAuth, DeviceOptions, Transport};
 pub use properties::Property;

@@ -103,20 +103,7 @@ fn id_text(id: MessageId) -> String {
     match id {
         MessageId::String(s) => s,
         MessageId::Ulong(n) => n.to_string(),
-        MessageId::Uuid(u) => {
-            let b = u.into_inner();
-            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-            // 8-4-4-4-12; `get` keeps this panic-free (the string is always 32 characters).
-            let part = |a: usize, z: usize| hex.get(a..z).unwrap_or("");
-            format!(
-                "{}-{}-{}-{}-{}",
-                part(0, 8),
-                part(8, 12),
-                part(12, 16),
-                part(16, 20),
-                part(20, 32)
-            )
-        }
+        MessageId::Uuid(u) => crate::iothub::message::guid_text(&u.into_inner()),
         MessageId::Binary(b) => String::from_utf8_lossy(b.as_ref()).into_owned(),
     }
 }

@@ -9,6 +9,7 @@ use fe2o3_amqp::types::messaging::{
     ApplicationProperties, Body, Data, Header, Message, MessageAnnotations, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
+use mqstate::iothub::guid_text;
 
 use crate::iothub::IotHubError;
 use crate::iothub::domain::message::{
@@ -50,22 +51,10 @@ pub(super) fn id_text(id: &MessageId) -> Result<String, IotHubError> {
     Ok(match id {
         MessageId::String(s) => s.clone(),
         MessageId::Ulong(n) => n.to_string(),
-        MessageId::Uuid(u) => uuid_text(u.as_inner()),
+        MessageId::Uuid(u) => guid_text(u.as_inner()),
         MessageId::Binary(b) => String::from_utf8(b.to_vec())
             .map_err(|_| IotHubError::invalid("a binary message id must be UTF-8 text"))?,
     })
-}
-
-/// The hyphenated lower-case form of a UUID.
-fn uuid_text(bytes: &[u8; 16]) -> String {
-    let mut out = String::with_capacity(36);
-    for (i, b) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            out.push('-');
-        }
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
 }
 
 /// An application property value as the text the device sees on its topic (`None`: null).
@@ -87,7 +76,7 @@ fn property_text(name: &str, value: &SimpleValue) -> Result<Option<String>, IotH
         SimpleValue::Double(n) => n.to_string(),
         SimpleValue::Char(c) => c.to_string(),
         SimpleValue::Timestamp(t) => t.milliseconds().to_string(),
-        SimpleValue::Uuid(u) => uuid_text(u.as_inner()),
+        SimpleValue::Uuid(u) => guid_text(u.as_inner()),
         SimpleValue::Binary(b) => String::from_utf8(b.to_vec()).map_err(|_| {
             IotHubError::invalid(format!(
                 "application property {name:?} is binary, not UTF-8 text"

@@ -4,16 +4,7 @@
 /// A GUID's text form (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower case), as IoT Hub writes
 /// lock tokens.
 pub(super) fn format_token(token: u128) -> String {
-    let hex = format!("{token:032x}");
-    let part = |from: usize, to: usize| hex.get(from..to).unwrap_or_default();
-    format!(
-        "{}-{}-{}-{}-{}",
-        part(0, 8),
-        part(8, 12),
-        part(12, 16),
-        part(16, 20),
-        part(20, 32)
-    )
+    mqstate::iothub::guid_text(&token.to_be_bytes())
 }
 
 /// A lock token back (hyphens optional, any case, and the quotes of an HTTP `ETag` header
